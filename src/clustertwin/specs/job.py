@@ -1,0 +1,105 @@
+"""TrainingJob: a model on a cluster under a plan, and the checks that the plan divides the job."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..errors import PlanError
+from .hardware import ClusterSpec
+from .model import Frozen, ModelSpec
+from .plan import Plan
+
+Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile"]
+FRAMEWORKS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile")
+
+
+class TrainingJob(Frozen):
+    model: ModelSpec
+    cluster: ClusterSpec
+    plan: Plan
+    seq_len: int = Field(gt=0, le=100_000_000)
+    framework: Framework = "megatron"
+    tokens: float | None = Field(None, gt=0, description="tokens to train (for time-to-train)")
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.plan.global_batch * self.seq_len  # type: ignore[operator]
+
+
+def stage_layer_split(num_layers: int, pp: int, vpp: int) -> list[int]:
+    """Transformer layers per virtual stage (pp*vpp chunks, in pipeline order).
+
+    Even split when the layers divide; otherwise the split Llama 3 and NeMo use, with embedding and
+    loss counted as a layer each: the first and last chunks get one layer fewer.
+    """
+    chunks = pp * vpp
+    if num_layers % chunks == 0:
+        return [num_layers // chunks] * chunks
+    if (num_layers + 2) % chunks == 0 and chunks > 1:
+        per = (num_layers + 2) // chunks
+        split = [per] * chunks
+        split[0] -= 1
+        split[-1] -= 1
+        if min(split) >= 1:
+            return split
+    raise PlanError("plan.pp", f"{num_layers} layers do not split over pp*vpp = {pp}*{vpp} = {chunks} stages",
+                    "choose pp*vpp dividing the layers (or the layers + 2, embedding and loss counted as layers)")
+
+
+def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int) -> Plan:
+    """Resolve dp and check that the plan divides the model and the cluster; returns the resolved plan."""
+    n = cluster.num_gpus
+    plan = plan.resolved(n)
+    if plan.gpus != n:
+        raise PlanError("plan", f"tp*pp*dp*cp = {plan.tp}*{plan.pp}*{plan.dp}*{plan.cp} = {plan.gpus} but the cluster has {n} GPUs",
+                        "make the product equal the GPU count (or leave dp out to derive it)")
+    if model.num_heads % plan.tp:
+        raise PlanError("plan.tp", f"{plan.tp} does not divide the {model.num_heads} attention heads",
+                        "choose tp dividing the heads")
+    kv = model.kv_heads
+    if kv % plan.tp and plan.tp % kv:
+        raise PlanError("plan.tp", f"{plan.tp} and the {kv} KV heads do not divide each other",
+                        "choose tp dividing the KV heads (or a multiple of them)")
+    if model.ffn_hidden_size % plan.tp:
+        raise PlanError("plan.tp", f"{plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}",
+                        "choose tp dividing the MLP width")
+    if plan.tp > cluster.gpus_per_node and plan.tp % cluster.gpus_per_node:
+        raise PlanError("plan.tp", f"{plan.tp} spans nodes of {cluster.gpus_per_node} GPUs unevenly",
+                        "use tp dividing the node size or a multiple of it")
+    if plan.vpp > 1 and plan.pp == 1:
+        raise PlanError("plan.vpp", f"{plan.vpp} virtual stages need pipeline parallelism", "set pp > 1 or vpp = 1")
+    stage_layer_split(model.num_layers, plan.pp, plan.vpp)
+    if seq_len % plan.cp:
+        raise PlanError("plan.cp", f"{plan.cp} does not divide seq_len={seq_len}", "choose cp dividing the sequence length")
+    if plan.ep > 1:
+        if not model.is_moe:
+            raise PlanError("plan.ep", f"ep={plan.ep} but {model.name} has no experts", "set ep=1 for a dense model")
+        if model.moe_num_experts % plan.ep:
+            raise PlanError("plan.ep", f"{plan.ep} does not divide the {model.moe_num_experts} experts",
+                            "choose ep dividing the number of experts")
+        if (plan.dp * plan.cp) % plan.ep:  # type: ignore[operator]
+            raise PlanError("plan.ep", f"{plan.ep} does not divide dp*cp = {plan.dp * plan.cp}",  # type: ignore[operator]
+                            "expert parallelism is carved out of data parallelism: choose ep dividing dp*cp")
+    gb = plan.global_batch
+    if gb is None:
+        gb = plan.dp * plan.micro_batch * max(1, plan.pp * (2 if plan.pp > 1 else 1))  # type: ignore[operator]
+        plan = plan.model_copy(update={"global_batch": gb})
+    if gb % (plan.dp * plan.micro_batch):  # type: ignore[operator]
+        raise PlanError("plan.global_batch", f"{gb} is not divisible by dp*micro_batch = {plan.dp}*{plan.micro_batch}",
+                        "choose a global batch that is a multiple of dp*micro_batch")
+    m = gb // (plan.dp * plan.micro_batch)  # type: ignore[operator]
+    if plan.vpp > 1 and m % plan.pp:
+        raise PlanError("plan.global_batch", f"interleaved schedule needs micro-batches ({m}) divisible by pp={plan.pp}",
+                        "choose a global batch giving a multiple of pp micro-batches, or vpp=1")
+    return plan
+
+
+def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | None = None,
+             framework: str = "megatron", tokens: float | None = None) -> TrainingJob:
+    """A checked TrainingJob (dp and global batch resolved)."""
+    s = seq_len or model.max_seq_len
+    if s <= 0:
+        raise PlanError("seq_len", f"{s} must be positive", "give the training sequence length")
+    resolved = check_plan(model, cluster, plan, s)
+    return TrainingJob(model=model, cluster=cluster, plan=resolved, seq_len=s, framework=framework, tokens=tokens)

@@ -1,0 +1,157 @@
+"""Plan: how one iteration is split over the GPUs, and the checks that it divides the job.
+
+Rank order is Megatron's: tp innermost, then cp, then dp, then pp outermost (ep is carved out of
+dp x cp for the expert layers). ``dp`` may be left out and is then derived from the GPU count.
+
+>>> p = parse_plan("tp=8,pp=8,dp=16,sp=1,zero=1,recompute=selective")
+>>> (p.tp, p.pp, p.dp, p.sp, p.zero_stage, p.recompute)
+(8, 8, 16, True, 1, 'selective')
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+
+from ..errors import PlanError
+from .model import Frozen
+
+Recompute = Literal["none", "selective", "full"]
+Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+
+
+class Plan(Frozen):
+    tp: int = Field(1, gt=0, le=1024, description="tensor parallel size")
+    pp: int = Field(1, gt=0, le=4096, description="pipeline stages")
+    vpp: int = Field(1, gt=0, le=256, description="virtual (interleaved) chunks per stage")
+    dp: int | None = Field(None, gt=0, le=10_000_000, description="data parallel size; None = derived")
+    cp: int = Field(1, gt=0, le=1024, description="context parallel size (ring attention over the sequence)")
+    ep: int = Field(1, gt=0, le=100_000, description="expert parallel size (MoE), carved out of dp x cp")
+    etp: int | None = Field(None, gt=0, le=1024, description="expert tensor parallel size; None = tp")
+    sp: bool = Field(False, description="sequence parallelism with TP (Korthikanti et al. 2022)")
+    zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer, 2 +grads, 3 +weights (FSDP)")
+    micro_batch: int = Field(1, gt=0, le=1_000_000, description="sequences per micro-batch per DP rank")
+    global_batch: int | None = Field(None, gt=0, le=1_000_000_000, description="sequences per iteration")
+    recompute: Recompute = "none"
+    precision: Precision = "bf16"
+    overlap_dp_comm: bool = Field(True, description="gradient reduce-scatter/all-reduce overlapped with backward")
+    overlap_param_gather: bool = Field(True, description="ZeRO/FSDP parameter all-gather overlapped with compute")
+    overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs (userbuffers)")
+    overlap_pp_comm: bool = Field(True, description="pipeline send/recv overlapped with compute")
+
+    @field_validator("zero_stage", mode="before")
+    @classmethod
+    def _fsdp(cls, v):
+        if isinstance(v, str) and v.strip().lower() in ("fsdp", "zero3", "zero-3"):
+            return 3
+        return v
+
+    @field_validator("sp", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm", mode="before")
+    @classmethod
+    def _bool(cls, v):
+        return _to_bool(v)
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    def resolved(self, num_gpus: int) -> "Plan":
+        """With dp derived from ``num_gpus`` when it was left out."""
+        if self.dp is not None:
+            return self
+        if num_gpus % self.model_parallel:
+            raise PlanError("plan", f"tp*pp*cp = {self.model_parallel} does not divide {num_gpus} GPUs",
+                            "choose tp, pp and cp whose product divides the GPU count")
+        return self.model_copy(update={"dp": num_gpus // self.model_parallel})
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.cp * (self.dp or 1)
+
+    def short(self) -> str:
+        parts = [f"tp={self.tp}", f"pp={self.pp}"]
+        if self.vpp > 1:
+            parts.append(f"vpp={self.vpp}")
+        parts.append(f"dp={self.dp}")
+        if self.cp > 1:
+            parts.append(f"cp={self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep={self.ep}")
+        if self.sp:
+            parts.append("sp")
+        parts += [f"zero={self.zero_stage}", f"mb={self.micro_batch}", f"rc={self.recompute}"]
+        return ",".join(parts)
+
+
+_TRUE = {"1", "true", "yes", "on", "y", "t"}
+_FALSE = {"0", "false", "no", "off", "n", "f", ""}
+
+
+def _to_bool(v):
+    if isinstance(v, str):
+        s = v.strip().lower()
+        if s in _TRUE:
+            return True
+        if s in _FALSE:
+            return False
+    return v
+
+
+_ALIASES = {
+    "zero": "zero_stage", "mb": "micro_batch", "mbs": "micro_batch", "micro_batch_size": "micro_batch",
+    "gb": "global_batch", "gbs": "global_batch", "global_batch_size": "global_batch",
+    "vp": "vpp", "interleave": "vpp", "fsdp": "zero_stage", "rc": "recompute",
+}
+
+
+def parse_plan(text: str, **overrides) -> Plan:
+    """Parse "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective" into a Plan."""
+    fields: dict = {}
+    for raw in (text or "").replace(";", ",").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if "=" not in item:
+            if item.lower() == "sp":
+                fields["sp"] = True
+                continue
+            if item.lower() == "fsdp":
+                fields["zero_stage"] = 3
+                continue
+            raise PlanError("plan", f"cannot read {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
+        key, value = (s.strip() for s in item.split("=", 1))
+        key = _ALIASES.get(key.lower(), key.lower())
+        if key not in Plan.model_fields:
+            raise PlanError(f"plan.{key}", "unknown plan field",
+                            f"use one of {', '.join(sorted(set(Plan.model_fields) | set(_ALIASES)))}")
+        if key == "dp" and value.lower() in ("auto", ""):
+            continue
+        fields[key] = value
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return make_plan(**fields)
+
+
+def make_plan(**fields) -> Plan:
+    """Build a Plan, turning pydantic's errors into one-line PlanErrors."""
+    try:
+        return Plan(**fields)
+    except ValidationError as e:
+        raise PlanError(*_first_error(e, "plan")) from None
+
+
+def _first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
+    err = e.errors()[0]
+    loc = ".".join(str(x) for x in err["loc"])
+    field = f"{prefix}.{loc}" if loc else prefix
+    msg = err["msg"]
+    ctx_err = (err.get("ctx") or {}).get("error")
+    if ctx_err is not None and hasattr(ctx_err, "one_line"):
+        return ctx_err.field, ctx_err.problem, ctx_err.fix
+    fix = {
+        "missing": "add it",
+        "extra_forbidden": "remove it (check its spelling)",
+    }.get(err["type"], "give a valid value")
+    value = err.get("input")
+    if err["type"] not in ("missing",) and not isinstance(value, dict):
+        msg = f"{msg} (got {value!r})"
+    return field, msg.lower() if msg[:1].isupper() and not msg[:2].isupper() else msg, fix

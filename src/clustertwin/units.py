@@ -1,0 +1,138 @@
+"""Quantities with units, parsed at the edge: "80GB", "80GiB", "3.35TB/s", "400Gbps", "989TFLOPS",
+"1.5e12", "15T" (tokens), "30min". Inside clustertwin everything is SI: bytes, bytes/s, FLOP/s, s.
+
+>>> parse_quantity("400Gbps", "bandwidth")
+50000000000.0
+>>> parse_quantity("80GiB", "bytes")
+85899345920.0
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal
+
+from .errors import UnitError
+
+Kind = Literal["bytes", "bandwidth", "flops", "count", "duration", "power", "latency"]
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
+_COUNT = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
+_DURATION = {
+    "": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
+    "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}
+_NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:_\d+)*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*$")
+
+_HINT = {
+    "bytes": 'e.g. "80GB", "80GiB" or 85899345920',
+    "bandwidth": 'e.g. "3.35TB/s", "400Gbps" or "50GB/s"',
+    "flops": 'e.g. "989TFLOPS" or 9.89e14',
+    "count": 'e.g. "15T", "1.5e12" or "300B"',
+    "duration": 'e.g. "30min", "2h", "90s"',
+    "power": 'e.g. "700W" or "1kW"',
+    "latency": 'e.g. "5us", "2.5us" or 5e-6',
+}
+
+
+def _prefix_scale(prefix: str) -> float | None:
+    if prefix in _BINARY:
+        return _BINARY[prefix]
+    if prefix in _DECIMAL:
+        return _DECIMAL[prefix]
+    return None
+
+
+def _scale(unit: str, kind: Kind) -> float | None:
+    """Multiplier from ``unit`` to the SI unit of ``kind``; None if the unit does not fit."""
+    u = unit.replace(" ", "")
+    if kind == "count":
+        u = re.sub(r"(?i)tokens?$", "", u)
+        return _COUNT.get(u)
+    if kind in ("duration", "latency"):
+        return _DURATION.get(u) if u in _DURATION else _DURATION.get(u.lower())
+    if kind == "power":
+        m = re.fullmatch(r"([kKMG]?)W", u)
+        return _DECIMAL[m.group(1)] if m else None
+    if kind == "flops":
+        m = re.fullmatch(r"(k|K|M|G|T|P|E|)(?:FLOP/?S|FLOPs|flop/?s|FLOP/s|flops|FLOPS)?", u)
+        if not m:
+            return None
+        return _DECIMAL[m.group(1)]
+    if kind == "bytes":
+        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|)(B|bytes?|)", u)
+        if not m:
+            return None
+        return _prefix_scale(m.group(1))
+    if kind == "bandwidth":
+        # bytes per second: GB/s, GBps, GiB/s; bits per second: Gb/s, Gbps, Gbit/s
+        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)(B|bytes?|b|bits?)(?:/s|ps|/sec)", u)
+        if not m:
+            m2 = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)", u)
+            return _prefix_scale(m2.group(1)) if m2 else None
+        scale = _prefix_scale(m.group(1))
+        if scale is None:
+            return None
+        return scale / 8.0 if m.group(2).startswith("b") else scale
+    return None
+
+
+def parse_quantity(value: object, kind: Kind, field: str = "value") -> float:
+    """Parse a number or a string with a unit into SI units of ``kind``.
+
+    Raises UnitError (one line naming ``field``) for anything that is not a finite, non-negative
+    quantity of that kind.
+    """
+    if isinstance(value, bool):
+        raise UnitError(field, f"expected a quantity, got {value!r}", _HINT[kind])
+    if isinstance(value, (int, float)):
+        number = float(value)
+    elif isinstance(value, str):
+        m = _NUMBER.match(value)
+        if not m:
+            raise UnitError(field, f"cannot read {value!r} as a quantity", _HINT[kind])
+        scale = _scale(m.group(2), kind)
+        if scale is None:
+            raise UnitError(field, f"unknown unit {m.group(2)!r} in {value!r}", _HINT[kind])
+        number = float(m.group(1).replace("_", "")) * scale
+    else:
+        raise UnitError(field, f"expected a number or a string, got {type(value).__name__}", _HINT[kind])
+    if not math.isfinite(number):
+        raise UnitError(field, f"{value!r} is not a finite number", _HINT[kind])
+    if number < 0:
+        raise UnitError(field, f"{value!r} is negative", "give a positive quantity")
+    return number
+
+
+def format_si(value: float, unit: str, binary: bool = False, digits: int = 3) -> str:
+    """Human-readable quantity: format_si(8.5e10, "B") -> "85 GB"."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g} {unit}"
+    base = 1024.0 if binary else 1000.0
+    prefixes = ["", "K", "M", "G", "T", "P", "E"] if not binary else ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]
+    if not binary:
+        prefixes[1] = "k"
+    i = 0
+    v = abs(value)
+    while v >= base and i < len(prefixes) - 1:
+        v /= base
+        i += 1
+    return f"{math.copysign(v, value):.{digits}g} {prefixes[i]}{unit}"
+
+
+def format_duration(seconds: float) -> str:
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    if seconds < 1:
+        return f"{seconds * 1e3:.3g} ms"
+    if seconds < 120:
+        return f"{seconds:.3g} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.3g} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.3g} h"
+    return f"{seconds / 86400:.3g} days"
