@@ -117,6 +117,7 @@ class ClusterSpec(Frozen):
     num_nodes: int = Field(gt=0, le=1_000_000)
     topology: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
     oversubscription: float = Field(1.0, ge=1.0, le=64.0, description="fat-tree taper above the leaf, 1 = full bisection")
+    nodes_per_leaf: int = Field(32, gt=0, le=100_000, description="nodes under one leaf (rail) switch group; beyond it traffic pays the taper")
     intra_node_latency_s: float = Field(2e-6, ge=0, le=1e-2, description="per collective step on NVLink")
     inter_node_latency_s: float = Field(5e-6, ge=0, le=1e-1, description="per collective step across the network")
 

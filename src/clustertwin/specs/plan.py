@@ -33,11 +33,14 @@ class Plan(Frozen):
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="sequences per micro-batch per DP rank")
     global_batch: int | None = Field(None, gt=0, le=1_000_000_000, description="sequences per iteration")
     recompute: Recompute = "none"
+    attention_kernel: Literal["flash", "unfused"] | None = Field(
+        None, description="flash (fused, no s^2 tensors) or unfused (bmm + fused softmax); None = framework default")
     precision: Precision = "bf16"
-    overlap_dp_comm: bool = Field(True, description="gradient reduce-scatter/all-reduce overlapped with backward")
-    overlap_param_gather: bool = Field(True, description="ZeRO/FSDP parameter all-gather overlapped with compute")
-    overlap_tp_comm: bool = Field(False, description="TP collectives overlapped with GEMMs (userbuffers)")
-    overlap_pp_comm: bool = Field(True, description="pipeline send/recv overlapped with compute")
+    # overlap options: None = the framework's default (see cost/framework.py)
+    overlap_dp_comm: bool | None = Field(None, description="gradient reduce-scatter/all-reduce overlapped with backward")
+    overlap_param_gather: bool | None = Field(None, description="ZeRO/FSDP parameter all-gather overlapped with compute")
+    overlap_tp_comm: bool | None = Field(None, description="TP collectives overlapped with GEMMs (userbuffers)")
+    overlap_pp_comm: bool | None = Field(None, description="pipeline send/recv overlapped with compute")
 
     @field_validator("zero_stage", mode="before")
     @classmethod
@@ -88,6 +91,8 @@ _FALSE = {"0", "false", "no", "off", "n", "f", ""}
 
 
 def _to_bool(v):
+    if v is None:
+        return None
     if isinstance(v, str):
         s = v.strip().lower()
         if s in _TRUE:

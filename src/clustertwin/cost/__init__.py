@@ -1,0 +1,1 @@
+"""Pricing of ops: compute on a hardware profile, communication on the topology."""

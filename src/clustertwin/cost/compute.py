@@ -1,0 +1,76 @@
+"""Price compute ops: a roofline with shape-dependent efficiency.
+
+time = max(FLOPs / (peak * efficiency(shape)), bytes / (HBM bandwidth * memory efficiency)),
+then bounded below by the host's cost of launching the kernel, plus the GPU's gap between kernels.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from ..specs.hardware import GPUSpec
+from ..workload.ops import Op, OpKind
+from .framework import FrameworkProfile
+from .profile import HardwareProfile
+
+# (tile rows, tile cols, relative efficiency of the tile): large tiles run best (cuBLAS heuristics)
+_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.92), (64, 128, 0.78), (64, 64, 0.6))
+
+
+@lru_cache(maxsize=65536)
+def gemm_shape_efficiency(m: int, n: int, k: int, batch: int, sms: int, wave_q: float, k_half: float) -> float:
+    """Fraction of the GEMM peak a (batch x) m x n x k GEMM reaches: tile padding, wave quantization
+    and a short inner dimension all cost. Monotone enough: larger dims never lose much."""
+    best = 0.0
+    for tm, tn, tile_eff in _TILES:
+        rows, cols = math.ceil(m / tm), math.ceil(n / tn)
+        tiles = batch * rows * cols
+        waves = math.ceil(tiles / sms)
+        util = tiles / (waves * sms)
+        util = 1.0 - wave_q * (1.0 - util)
+        pad = (m * n) / (rows * tm * cols * tn)
+        best = max(best, tile_eff * util * pad)
+    return best * k / (k + k_half)
+
+
+class ComputePricer:
+    """Prices compute ops of one GPU under one framework; memoizes by op."""
+
+    def __init__(self, gpu: GPUSpec, profile: HardwareProfile, fw: FrameworkProfile):
+        self.gpu, self.profile, self.fw = gpu, profile, fw
+        self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
+        self._cache: dict[Op, float] = {}
+
+    def gemm_time(self, op: Op) -> float:
+        batch, m, n, k = op.shape
+        eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"])
+        eff *= gemm_shape_efficiency(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization, self.profile.k_half)
+        return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
+
+    def attention_time(self, op: Op) -> float:
+        b, heads, s_q, s_kv, dqk, dv = op.shape
+        p = self.profile
+        eff = p.attention_bwd_efficiency if op.phase.value == "bwd" else p.attention_fwd_efficiency
+        eff *= s_kv / (s_kv + p.attention_seq_half)          # short sequences do not fill the pipeline
+        eff *= min(1.0, (max(dqk, dv) / 128.0)) ** 0.5       # head dim 64 runs ~70-80% as fast as 128
+        # fill: few (batch x heads x query tiles) blocks leave SMs idle
+        blocks = b * heads * math.ceil(s_q / 128)
+        eff *= min(1.0, blocks / self.gpu.sm_count) if blocks < self.gpu.sm_count else 1.0
+        return max(op.flops / (self.gpu.peak("bf16") * eff), op.bytes / self.mem_bw)
+
+    def time(self, op: Op) -> float:
+        t = self._cache.get(op)
+        if t is not None:
+            return t
+        if op.kind == OpKind.GEMM:
+            t = self.gemm_time(op)
+        elif op.kind == OpKind.ATTENTION:
+            t = self.attention_time(op)
+        else:  # elementwise, embedding, optimizer: memory bound
+            t = op.bytes / self.mem_bw
+        kernels = 1
+        if op.kind == OpKind.OPTIMIZER:
+            kernels = 4  # multi-tensor apply: a handful of launches for the whole step
+        t = max(t + self.fw.kernel_gap_s * kernels, self.fw.cpu_dispatch_s * kernels)
+        self._cache[op] = t
+        return t

@@ -1,0 +1,94 @@
+"""Price collectives on the topology.
+
+Groups are placed by Megatron's rank order (tp innermost, then cp, then dp, then pp): a group is
+described by its size and the stride between its ranks, which decides how many of its ranks share
+a node and how many nodes it spans. Ring algorithms (NCCL) move 2(n-1)/n of the buffer for
+all-reduce and (n-1)/n for all-gather / reduce-scatter / all-to-all. A ring spanning nodes crosses
+each node boundary once per channel: with g ranks per node, the ring's inter-node bandwidth is the
+NIC bandwidth of those g GPUs (g x per-GPU NIC), capped by NVLink. Traffic between leaf switches
+pays the fat-tree's oversubscription. Latency: per ring step, or per tree level for large groups.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..specs.hardware import ClusterSpec
+from .profile import HardwareProfile
+
+
+@dataclass(frozen=True)
+class GroupPlacement:
+    size: int
+    ranks_per_node: int
+    nodes: int
+    node_span: int          # how many consecutive nodes the group's members are spread over
+
+
+def place_group(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
+    """Placement of a group of ``size`` ranks, ``stride`` ranks apart, on nodes of ``gpus_per_node``."""
+    if size <= 1:
+        return GroupPlacement(1, 1, 1, 1)
+    if stride * size <= gpus_per_node:
+        return GroupPlacement(size, size, 1, 1)
+    if stride >= gpus_per_node:
+        span = max(1, (stride * (size - 1)) // gpus_per_node + 1)
+        return GroupPlacement(size, 1, size, span)
+    per_node = max(1, gpus_per_node // stride)
+    nodes = math.ceil(size / per_node)
+    return GroupPlacement(size, per_node, nodes, nodes)
+
+
+_BUS_FACTOR = {
+    "all_reduce": lambda n: 2.0 * (n - 1) / n,
+    "all_gather": lambda n: (n - 1) / n,
+    "reduce_scatter": lambda n: (n - 1) / n,
+    "all_to_all": lambda n: (n - 1) / n,
+    "send_recv": lambda n: 1.0,
+}
+
+
+class NetworkPricer:
+    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile):
+        self.cluster = cluster
+        node = cluster.node
+        self.G = node.gpus_per_node
+        self.nvlink = node.gpu_scaleup_bandwidth * profile.nvlink_efficiency
+        if node.scaleup_fabric == "pcie":
+            self.nvlink = min(self.nvlink, node.gpu.pcie_bandwidth_bytes_per_s * profile.nvlink_efficiency)
+        self.nic_per_gpu = node.nic_bandwidth_per_gpu * profile.nic_efficiency
+        self.nodes_per_leaf = getattr(cluster, "nodes_per_leaf", 32)
+
+    def _taper(self, pl: GroupPlacement) -> float:
+        if pl.node_span > self.nodes_per_leaf:
+            return self.cluster.oversubscription
+        return 1.0
+
+    def bandwidth(self, pl: GroupPlacement, kind: str) -> float:
+        if pl.nodes == 1:
+            return self.nvlink
+        nic = self.nic_per_gpu / self._taper(pl)
+        if kind == "send_recv":
+            return nic
+        return min(self.nvlink, pl.ranks_per_node * nic)
+
+    def latency(self, pl: GroupPlacement, kind: str) -> float:
+        n = pl.size
+        alpha = self.cluster.inter_node_latency_s if pl.nodes > 1 else self.cluster.intra_node_latency_s
+        if kind == "send_recv":
+            return alpha
+        ring_steps = (2 if kind == "all_reduce" else 1) * (n - 1)
+        tree_steps = (2 if kind == "all_reduce" else 1) * (math.ceil(math.log2(n)) + 1)
+        return alpha * min(ring_steps, tree_steps)
+
+    def time(self, kind: str, nbytes: float, pl: GroupPlacement) -> float:
+        """Seconds for one collective of ``nbytes`` per rank on a group placed as ``pl``."""
+        n = pl.size
+        if n <= 1 or nbytes <= 0:
+            return 0.0
+        if kind == "all_to_all" and pl.nodes > 1:
+            g = pl.ranks_per_node
+            intra = nbytes * (g - 1) / n / self.nvlink
+            inter = nbytes * (n - g) / n / (self.nic_per_gpu / (self.cluster.oversubscription if pl.nodes > self.nodes_per_leaf else 1.0))
+            return max(intra, inter) + self.latency(pl, kind)
+        return _BUS_FACTOR[kind](n) * nbytes / self.bandwidth(pl, kind) + self.latency(pl, kind)

@@ -1,0 +1,81 @@
+"""Hardware profiles: what a GPU achieves, as opposed to its datasheet peak.
+
+A profile holds efficiencies that are properties of the GPU architecture and its libraries
+(cuBLAS/hipBLASLt, FlashAttention/cuDNN, NCCL/RCCL), taken from published measurements until a
+calibrated profile (``clustertwin calibrate``) replaces them. None is fitted to a training run.
+
+Published figures used for the defaults (architecture level):
+- GEMM: cuBLAS reaches about 85-90% of the dense 16-bit peak on large A100 GEMMs (NVIDIA
+  "Matrix Multiplication Background" guide shows ~280 of 312 TFLOP/s for large, well-tiled
+  shapes); on H100 SXM large BF16 GEMMs run at ~700-780 TFLOP/s of 989 (power/clock limited,
+  NVIDIA Transformer Engine and Hopper tuning guides, public cuBLAS benchmarks), FP8 at ~1,300-1,450
+  of 1,979. MI300X: hipBLASLt BF16 ~600-700 of 1,307 TFLOP/s (public MI300X GEMM benchmarks).
+- Attention: FlashAttention-2 on A100 reaches up to 73% of peak forward and ~63% forward+backward
+  at head dim 128 (Dao 2023, arXiv 2307.08691, Fig. 4-6); FlashAttention-3 / cuDNN on H100 reach
+  ~600-740 TFLOP/s forward and ~450-560 backward in BF16 (Shah et al. 2024, arXiv 2407.08608).
+- Memory-bound kernels: STREAM-like copies reach ~85-90% of HBM peak on A100/H100.
+- NCCL bus bandwidth: ~230 GB/s of A100's 300 GB/s NVLink per direction; ~360-370 GB/s of H100's
+  450 GB/s; InfiniBand/RoCE reach ~90-95% of line rate (nccl-tests on DGX systems).
+- Wave quantization: a GEMM whose tiles do not fill whole waves of SMs idles the rest of the last
+  wave (NVIDIA GEMM performance guide); Hopper's persistent/stream-K kernels recover part of it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..specs.hardware import GPUSpec
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    name: str
+    gemm_efficiency: dict[str, float] = field(default_factory=lambda: {"bf16": 0.80, "fp16": 0.80, "fp8": 0.65, "fp32": 0.80, "tf32": 0.75})
+    wave_quantization: float = 1.0       # 1 = full tail loss of the last wave, 0 = none
+    k_half: float = 48.0                 # inner dimension at which a GEMM reaches half its efficiency
+    attention_fwd_efficiency: float = 0.65
+    attention_bwd_efficiency: float = 0.50
+    attention_seq_half: float = 256.0    # key length at which flash attention reaches half its efficiency
+    memory_efficiency: float = 0.85      # achievable fraction of HBM bandwidth
+    nvlink_efficiency: float = 0.78      # NCCL bus bandwidth / link peak, intra-node
+    nic_efficiency: float = 0.92         # NCCL bus bandwidth / line rate, inter-node
+    source: str = "architecture defaults from published measurements (see cost/profile.py)"
+    measured: tuple[str, ...] = ()       # which entries come from a calibration run
+
+
+ARCH_PROFILES: dict[str, HardwareProfile] = {
+    "ampere": HardwareProfile(
+        "ampere", gemm_efficiency={"bf16": 0.86, "fp16": 0.86, "fp8": 0.86, "fp32": 0.85, "tf32": 0.80},
+        wave_quantization=1.0, attention_fwd_efficiency=0.68, attention_bwd_efficiency=0.55,
+        memory_efficiency=0.86, nvlink_efficiency=0.78, nic_efficiency=0.92),
+    "hopper": HardwareProfile(
+        "hopper", gemm_efficiency={"bf16": 0.76, "fp16": 0.76, "fp8": 0.70, "fp32": 0.80, "tf32": 0.72},
+        wave_quantization=0.5, attention_fwd_efficiency=0.62, attention_bwd_efficiency=0.48,
+        memory_efficiency=0.88, nvlink_efficiency=0.81, nic_efficiency=0.93),
+    "blackwell": HardwareProfile(
+        "blackwell", gemm_efficiency={"bf16": 0.75, "fp16": 0.75, "fp8": 0.70, "fp4": 0.6, "fp32": 0.8, "tf32": 0.7},
+        wave_quantization=0.5, attention_fwd_efficiency=0.60, attention_bwd_efficiency=0.45,
+        memory_efficiency=0.88, nvlink_efficiency=0.80, nic_efficiency=0.93,
+        source="assumed close to Hopper until measured"),
+    "cdna": HardwareProfile(
+        "cdna", gemm_efficiency={"bf16": 0.52, "fp16": 0.52, "fp8": 0.45, "fp32": 0.7, "tf32": 0.5},
+        wave_quantization=1.0, attention_fwd_efficiency=0.40, attention_bwd_efficiency=0.30,
+        memory_efficiency=0.80, nvlink_efficiency=0.70, nic_efficiency=0.90),
+}
+
+
+def architecture_of(gpu: GPUSpec) -> str:
+    name = gpu.name.lower()
+    if name.startswith(("a100", "a800", "a40", "a30", "a10")):
+        return "ampere"
+    if name.startswith(("h100", "h800", "h200", "h20", "gh200")):
+        return "hopper"
+    if name.startswith(("b100", "b200", "gb200", "b300", "gb300")):
+        return "blackwell"
+    if name.startswith("mi") or gpu.vendor.lower() == "amd":
+        return "cdna"
+    return "hopper"
+
+
+def profile_for(gpu: GPUSpec) -> HardwareProfile:
+    """The profile clustertwin uses for ``gpu``: architecture defaults (calibrated tables later)."""
+    return ARCH_PROFILES[architecture_of(gpu)]

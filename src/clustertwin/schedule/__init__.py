@@ -1,0 +1,1 @@
+"""Compose priced ops into one iteration: pipeline schedule, overlap, optimizer; and memory."""

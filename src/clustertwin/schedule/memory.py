@@ -1,0 +1,133 @@
+"""Memory per GPU: weights, gradients, optimizer states (by precision and ZeRO stage), activations
+(by recompute mode, SP, CP and attention kernel; Korthikanti et al. 2022, arXiv 2205.05198), the
+micro-batches in flight on a stage under 1F1B / interleaved 1F1B, and framework overhead.
+
+Activations per layer and micro-batch are counted from the tensors each op saves for its backward;
+for a GPT layer with dropout and no parallelism this is s*b*h*(34 + 5*a*s/h) bytes, Korthikanti's
+equation; TP divides all but the norm and dropout-mask terms, SP divides those too, selective
+recomputation drops the 5as/h term (so does flash attention), full recomputation keeps only the
+layer input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..workload.graph import StageGraph, WorkloadGraph
+from ..workload.transformer import LayerContext
+
+MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
+
+
+def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none") -> float:
+    """Bytes one layer keeps for its backward, for one micro-batch, on one rank."""
+    T, h, a = c.tokens, c.hidden, c.act_bytes
+    rows = c.norm_rows
+    gemm_in = rows  # with SP the gathered norm output is not kept: it is re-gathered for wgrad
+    if recompute == "full":
+        return rows * h * a
+    mask = 1 if c.dropout else 0
+    total = 0.0
+    # attention block: norm input, QKV input, Q/K/V, attention output (= projection input), dropout mask
+    total += rows * h * a + gemm_in * h * a
+    qkv = T * (c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)) * a
+    total += qkv + T * c.heads * c.v_head_dim * a + rows * h * mask
+    if c.attention_kernel == "flash":
+        total += T * c.heads * 4  # log-sum-exp, fp32
+    elif recompute != "selective":
+        scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
+        total += scores * (2 * a + (1 + 2 * a) * mask) if mask else scores * a
+    # MLP block: norm input, up-projection input, activation input, down-projection input, mask
+    total += rows * h * a + rows * h * mask
+    ups = 2 if c.gated else 1
+    if moe:
+        tokens = T // c.tp if c.tp > 1 else T
+        routed = tokens * c.top_k
+        total += tokens * h * a + routed * h * a * 2 + routed * c.expert_ffn * a * (ups + 1)
+        if c.shared_ffn:
+            total += T * c.shared_ffn * a * (ups + 1)
+    else:
+        total += gemm_in * h * a + T * c.ffn * a * (ups + 1)
+    return float(total)
+
+
+def layers_in_flight(graph: WorkloadGraph, stage: int, layers_on_stage: int) -> float:
+    """Layer-micro-batches whose activations a stage holds at its peak (Megatron's warm-up depth)."""
+    plan = graph.plan
+    p, v, m = plan.pp, plan.vpp, graph.num_microbatches
+    if v == 1:
+        return layers_on_stage * min(m, p - stage)
+    chunks = min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
+    return layers_on_stage / v * chunks
+
+
+@dataclass
+class MemoryEstimate:
+    breakdown_bytes: dict[str, float]
+    capacity_bytes: float
+    critical_stage: int
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.breakdown_bytes.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+
+def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
+    plan, fw, c = graph.plan, graph.framework, graph.context
+    dp_cp = (plan.dp or 1) * plan.cp
+    edp = max(1, dp_cp // plan.ep)
+    dense = sg.params.dense + sg.params.embedding
+    expert = sg.params.expert
+    z = plan.zero_stage
+    fp32 = plan.precision == "fp32"
+
+    def shard(n_dense: float, n_expert: float, on: bool) -> float:
+        return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
+
+    if fw.master_in_optimizer and not fp32:
+        w_bytes, g_bytes, o_bytes = 2, fw.grad_reduce_bytes, 12
+    else:
+        w_bytes, g_bytes, o_bytes = 4, 4, 8
+    weights = w_bytes * shard(dense, expert, z >= 3)
+    grads = g_bytes * shard(dense, expert, z >= 2)
+    optimizer = o_bytes * shard(dense, expert, z >= 1)
+    other = fw.base_memory_bytes
+    if z >= 3:  # FSDP: two layers' worth of gathered 16-bit weights (current + prefetched)
+        layers = max(1, sg.layers_dense + sg.layers_moe)
+        other += 2 * 2 * (dense + expert) / layers
+    elif not fw.master_in_optimizer and not fp32:  # autocast keeps 16-bit copies of the weights in use
+        other += 2 * (dense + expert)
+    if plan.precision == "fp8":  # Transformer Engine caches fp8 copies of the GEMM weights
+        other += 1 * shard(dense, expert, z >= 3)
+
+    rc = plan.recompute
+    per_dense = layer_activation_bytes(c, False, rc)
+    per_moe = layer_activation_bytes(c, True, rc) if sg.layers_moe else 0.0
+    n_layers = sg.layers_dense + sg.layers_moe
+    mean_layer = (per_dense * sg.layers_dense + per_moe * sg.layers_moe) / max(1, n_layers)
+    acts = mean_layer * layers_in_flight(graph, sg.stage, n_layers)
+    if rc == "full":  # the layer being recomputed holds its full activations during its backward
+        acts += max(layer_activation_bytes(c, False, "none"), layer_activation_bytes(c, True, "none") if sg.layers_moe else 0.0)
+    names = {b.name for b in sg.blocks}
+    if "head" in names:  # logits of one micro-batch: the fused loss keeps 16-bit gradients, else fp32 copies
+        logits = c.tokens * -(-graph.job.model.vocab_size // c.tp)
+        acts += logits * (2 if fw.fused_cross_entropy else 4 + 4)
+    if "embedding" in names:
+        acts += c.norm_rows * c.hidden * c.act_bytes * layers_in_flight(graph, sg.stage, 1)
+    other += fw.allocator_overhead * (acts + weights + grads)
+    return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts, "other": other}
+
+
+def estimate_memory(graph: WorkloadGraph) -> MemoryEstimate:
+    """Memory of the most loaded stage (the first holds the most micro-batches, the last the logits)."""
+    best: dict[str, float] | None = None
+    crit = 0
+    for sg in graph.distinct_stages:
+        mem = _stage_memory(graph, sg)
+        if best is None or sum(mem.values()) > sum(best.values()):
+            best, crit = mem, sg.stage
+    assert best is not None
+    return MemoryEstimate(best, graph.job.cluster.gpu.hbm_bytes, crit)

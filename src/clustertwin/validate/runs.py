@@ -1,0 +1,132 @@
+"""Read measured runs in the validation schema (see docs/validation.md) and turn each row into a
+TrainingJob. Empty cells are unknown: the assumption made for each is recorded with the row."""
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..catalog import cluster_for_gpu, load_cluster
+from ..errors import ClusterTwinError, DataError
+from ..specs import ModelSpec, TrainingJob, make_job, make_plan
+
+REQUIRED = ("run_id", "arch", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "gpu", "num_gpus",
+            "metric", "value")
+METRICS = ("iteration_time_s", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu", "peak_memory_bytes")
+
+_ARCH = {
+    "gpt": dict(activation="gelu", norm="layernorm", positions="learned", bias=True),
+    "llama": dict(activation="swiglu", norm="rmsnorm", positions="rope", bias=False),
+    "mixtral": dict(activation="swiglu", norm="rmsnorm", positions="rope", bias=False),
+    "deepseek": dict(activation="swiglu", norm="rmsnorm", positions="rope", bias=False),
+}
+
+
+@dataclass
+class MeasuredRow:
+    run_id: str
+    metric: str
+    value: float
+    raw: dict
+    line: int
+    assumptions: list[str] = field(default_factory=list)
+
+
+def read_runs(path: str | Path) -> list[MeasuredRow]:
+    p = Path(path)
+    if not p.exists():
+        raise DataError("file", f"{str(p)!r} not found", "give a CSV in the validation schema")
+    with p.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames is None:
+            raise DataError("file", f"{p.name} is empty", "give a CSV with a header row")
+        missing = [c for c in REQUIRED if c not in reader.fieldnames]
+        if missing:
+            raise DataError("file", f"{p.name} lacks the column(s) {', '.join(missing)}",
+                            "use the validation schema (docs/validation.md)")
+        rows = []
+        for i, r in enumerate(reader, start=2):
+            try:
+                value = float(r["value"])
+            except (TypeError, ValueError):
+                value = float("nan")
+            rows.append(MeasuredRow(r["run_id"], (r["metric"] or "").strip(), value, r, i))
+    return rows
+
+
+def _int(r: dict, key: str, default: int | None = None) -> int | None:
+    v = (r.get(key) or "").strip()
+    if v == "":
+        return default
+    try:
+        return int(float(v))
+    except ValueError:
+        raise DataError(key, f"{v!r} is not a number", "fix the cell or leave it empty") from None
+
+
+def _bool(r: dict, key: str) -> bool | None:
+    v = (r.get(key) or "").strip().lower()
+    if v == "":
+        return None
+    return v in ("1", "true", "yes")
+
+
+def model_from_row(r: dict) -> ModelSpec:
+    arch = (r.get("arch") or "").strip().lower()
+    if arch not in _ARCH:
+        raise DataError("arch", f"unknown arch {arch!r}", f"use one of {', '.join(_ARCH)}")
+    experts = _int(r, "moe_experts", 0) or 0
+    return ModelSpec(
+        name=r.get("model") or r["run_id"], num_layers=_int(r, "layers"), hidden_size=_int(r, "hidden"),
+        num_heads=_int(r, "heads"), num_kv_heads=_int(r, "kv_heads"), ffn_hidden_size=_int(r, "ffn_hidden"),
+        vocab_size=_int(r, "vocab"), max_seq_len=_int(r, "seq_len"), moe_num_experts=experts,
+        moe_top_k=_int(r, "moe_topk", 0) or 0 if experts else 0, **_ARCH[arch])
+
+
+def job_from_row(row: MeasuredRow) -> TrainingJob:
+    """The TrainingJob a row describes; the assumptions made for empty cells go to row.assumptions."""
+    r, notes = row.raw, row.assumptions
+    model = model_from_row(r)
+    num_gpus = _int(r, "num_gpus")
+    gpn = _int(r, "gpus_per_node")
+    if (r.get("cluster") or "").strip():
+        cluster = load_cluster(r["cluster"].strip()).with_gpus(num_gpus)
+    else:
+        cluster = cluster_for_gpu(r["gpu"].strip(), num_gpus, gpn)
+    gbps = (r.get("inter_node_gbps_per_node") or "").strip()
+    if gbps:
+        node = cluster.node
+        per_nic = float(gbps) * 1e9 / 8 / node.nics_per_node
+        cluster = cluster.model_copy(update={"node": node.model_copy(update={"nic_bandwidth_bytes_per_s": per_nic})})
+    framework = (r.get("framework") or "megatron").strip() or "megatron"
+    if framework == "other":
+        framework = "megatron"
+        notes.append("framework 'other' priced as megatron")
+    tp = _int(r, "tp", 1)
+    sp = _bool(r, "sp")
+    if sp is None:
+        sp = tp > 1 and framework in ("megatron", "nemo")
+        notes.append(f"sp unknown: assumed {int(sp)} ({framework} default with tp>1)")
+    zero = _int(r, "zero_stage")
+    if zero is None:
+        zero = 1 if framework in ("megatron", "nemo") else (3 if framework == "torchtitan" else 0)
+        notes.append(f"zero_stage unknown: assumed {zero} ({framework} default)")
+    mb = _int(r, "micro_batch")
+    if mb is None:
+        mb = 1
+        notes.append("micro_batch unknown: assumed 1")
+    rc = (r.get("recompute") or "").strip() or "none"
+    if not (r.get("recompute") or "").strip():
+        notes.append("recompute unknown: assumed none")
+    prec = (r.get("precision") or "").strip() or "bf16"
+    fields = dict(tp=tp, pp=_int(r, "pp", 1), vpp=_int(r, "vpp", 1) or 1, dp=_int(r, "dp"), cp=_int(r, "cp", 1) or 1,
+                  ep=_int(r, "ep", 1) or 1, sp=sp, zero_stage=zero, micro_batch=mb,
+                  global_batch=_int(r, "global_batch"), recompute=rc, precision=prec)
+    overlap = _bool(r, "dp_overlap")
+    if overlap is not None:
+        fields["overlap_dp_comm"] = overlap
+    plan = make_plan(**fields)
+    return make_job(model, cluster, plan, _int(r, "seq_len"), framework)
+
+
+__all__ = ["MeasuredRow", "read_runs", "job_from_row", "model_from_row", "METRICS", "ClusterTwinError"]

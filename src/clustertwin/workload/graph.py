@@ -1,0 +1,230 @@
+"""The workload graph of one iteration: per pipeline stage, the blocks (embedding, layers, head)
+each with forward/backward/recompute ops for one micro-batch, the pipeline p2p ops, and the
+once-per-iteration ops (DP gradient sync, ZeRO parameter gathers, optimizer)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..cost.framework import FrameworkProfile, get_framework
+from ..specs import TrainingJob, stage_layer_split
+from ..specs.model import ModelSpec
+from ..specs.plan import Plan
+from .ops import Op, OpKind, Phase
+from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops
+
+
+@dataclass(frozen=True)
+class Block:
+    """Ops of one block for one micro-batch, repeated ``repeat`` times on the stage."""
+
+    name: str                      # embedding | layer | moe_layer | head
+    fwd: tuple[Op, ...]
+    bwd: tuple[Op, ...]
+    recompute: tuple[Op, ...]      # ops run again before the backward (by recompute mode)
+    repeat: int
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters held by one rank of a stage, by how they are sharded."""
+
+    dense: float        # replicated over dp*cp (attention, dense MLP, norms, shared experts, router)
+    expert: float       # routed experts: replicated over (dp*cp)/ep
+    embedding: float    # embedding / head on this stage (dense-sharded like the rest)
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.expert + self.embedding
+
+
+@dataclass(frozen=True)
+class StageGraph:
+    stage: int
+    chunk_layers: tuple[int, ...]       # transformer layers in each virtual chunk of this stage
+    blocks: tuple[Block, ...]
+    p2p: tuple[Op, ...]                 # pipeline send/recv per micro-batch and chunk boundary
+    step_ops: tuple[Op, ...]            # once per iteration
+    microbatch_dp_ops: tuple[Op, ...]   # ZeRO-3/FSDP: parameter gathers and grad reduce per micro-batch
+    params: StageParams
+    layers_dense: int
+    layers_moe: int
+
+    def ops(self, phase: Phase) -> list[tuple[Op, int]]:
+        out = []
+        for b in self.blocks:
+            src = {Phase.FWD: b.fwd, Phase.BWD: b.bwd, Phase.RECOMPUTE: b.recompute}[phase]
+            out += [(op, b.repeat) for op in src]
+        return out
+
+
+@dataclass(frozen=True)
+class WorkloadGraph:
+    job: TrainingJob
+    framework: FrameworkProfile
+    plan: Plan
+    context: LayerContext
+    num_microbatches: int
+    stages: tuple[StageGraph, ...]
+
+    @cached_property
+    def distinct_stages(self) -> tuple[StageGraph, ...]:
+        seen: dict[tuple, StageGraph] = {}
+        for s in self.stages:
+            key = (s.layers_dense, s.layers_moe, tuple(b.name for b in s.blocks))
+            seen.setdefault(key, s)
+        return tuple(seen.values())
+
+
+def resolve_overlaps(plan: Plan, fw: FrameworkProfile) -> Plan:
+    """Fill the plan's unset overlap options and attention kernel with the framework's defaults."""
+    update = {}
+    for name in ("overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm"):
+        if getattr(plan, name) is None:
+            update[name] = getattr(fw, name)
+    if plan.attention_kernel is None:
+        update["attention_kernel"] = fw.attention_kernel
+    return plan.model_copy(update=update) if update else plan
+
+
+def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfile) -> LayerContext:
+    t, cp = plan.tp, plan.cp
+    etp = plan.etp or 1
+    act_bytes = 4 if plan.precision == "fp32" else 2
+    mla = ()
+    if model.mla:
+        mla = (model.mla.q_lora_rank or 0, model.mla.kv_lora_rank, model.mla.qk_rope_head_dim)
+    return LayerContext(
+        micro_batch=plan.micro_batch, seq_len=seq_len, tokens=plan.micro_batch * seq_len // cp,
+        hidden=model.hidden_size, heads=model.num_heads // t, kv_heads=max(1, model.kv_heads // t),
+        qk_head_dim=model.qk_head_dim, v_head_dim=model.v_head_dim, ffn=model.ffn_hidden_size // t,
+        tp=t, cp=cp, sp=plan.sp and t > 1, gated=model.gated, norm=model.norm, rope=model.positions == "rope",
+        bias=model.bias, dropout=getattr(model, "dropout", 0.0) > 0, attention_kernel=plan.attention_kernel or "flash",
+        gemm_dtype=plan.precision, act_bytes=act_bytes,
+        fused_bias_act=fw.fused_bias_act, fused_residual=fw.fused_residual, fused_rope=fw.fused_rope,
+        experts_local=model.moe_num_experts // plan.ep if model.is_moe else 0, top_k=model.moe_top_k,
+        ep=plan.ep, expert_ffn=model.expert_ffn // etp if model.is_moe else 0,
+        shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
+    )
+
+
+def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...]) -> tuple[Op, ...]:
+    if mode == "full":
+        ops = fwd
+    elif mode == "selective":
+        ops = core
+    else:
+        return ()
+    return tuple(Op(op.name, op.kind, Phase.RECOMPUTE, op.flops, op.bytes, op.shape, op.dtype, op.collective,
+                    op.group, op.comm_bytes, op.overlappable, op.layer) for op in ops)
+
+
+def _layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[float, float]:
+    """(dense, expert) parameters of one layer on one rank."""
+    t, etp = plan.tp, plan.etp or 1
+    norms = 2 * model.norm_params
+    attn = model.attention_params / t
+    if model.is_moe_layer(index):
+        expert = model.moe_num_experts * model.expert_params / (plan.ep * etp)
+        dense = attn + norms + model.router_params + model.shared_expert_params / t
+        return dense, expert
+    return attn + norms + model.dense_mlp_params / t, 0.0
+
+
+def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = None) -> WorkloadGraph:
+    fw = get_framework(framework or job.framework) if not isinstance(framework, FrameworkProfile) else framework
+    model, plan = job.model, resolve_overlaps(job.plan, fw)
+    ctx = layer_context(model, plan, job.seq_len, fw)
+    p, v = plan.pp, plan.vpp
+    split = stage_layer_split(model.num_layers, p, v)
+    m = plan.global_batch // (plan.dp * plan.micro_batch)  # type: ignore[operator]
+    dense_f, dense_b, dense_core = layer_ops(ctx, False)
+    moe_f, moe_b, moe_core = layer_ops(ctx, True) if model.is_moe else ((), (), ())
+    emb_f, emb_b = embedding_ops(ctx, model.vocab_size, model.positions == "learned")
+    head_f, head_b = head_ops(ctx, model.vocab_size, fw.fused_cross_entropy)
+    act = ctx.act_bytes
+    p2p_bytes = ctx.tokens * model.hidden_size * act / (ctx.tp if ctx.tp > 1 else 1)
+
+    # layer indices per virtual chunk, in model order: chunk j of stage i is global chunk j*p + i
+    starts = [0]
+    for n in split:
+        starts.append(starts[-1] + n)
+    stages = []
+    memo: dict[tuple, StageGraph] = {}
+    for i in range(p):
+        chunks = [j * p + i for j in range(v)]
+        layer_ids = [li for c in chunks for li in range(starts[c], starts[c + 1])]
+        n_moe = sum(model.is_moe_layer(li) for li in layer_ids)
+        n_dense = len(layer_ids) - n_moe
+        first, last = i == 0, i == p - 1
+        key = (n_dense, n_moe, first, last, tuple(split[c] for c in chunks))
+        if key in memo:
+            base = memo[key]
+            stages.append(StageGraph(i, base.chunk_layers, base.blocks, base.p2p, base.step_ops,
+                                     base.microbatch_dp_ops, base.params, n_dense, n_moe))
+            continue
+        blocks = []
+        dense_p = expert_p = emb_p = 0.0
+        for li in layer_ids:
+            d, e = _layer_params_per_rank(model, li, plan)
+            dense_p += d
+            expert_p += e
+        if first:
+            blocks.append(Block("embedding", emb_f, emb_b, (), 1))
+            emb_p += model.vocab_size * model.hidden_size / plan.tp
+            if model.positions == "learned":
+                emb_p += model.max_seq_len * model.hidden_size
+        if n_dense:
+            blocks.append(Block("layer", dense_f, dense_b, _recompute_ops(plan.recompute, dense_f, dense_core), n_dense))
+        if n_moe:
+            blocks.append(Block("moe_layer", moe_f, moe_b, _recompute_ops(plan.recompute, moe_f, moe_core), n_moe))
+        if last:
+            blocks.append(Block("head", head_f, head_b, (), 1))
+            if not model.tied_embeddings or p > 1:
+                emb_p += model.vocab_size * model.hidden_size / plan.tp
+            dense_p += model.norm_params
+        params = StageParams(dense_p, expert_p, emb_p)
+        # pipeline p2p: each chunk boundary sends activations forward and gradients backward
+        p2p: tuple[Op, ...] = ()
+        if p > 1:  # one activation send (forward) and one gradient send (backward) per chunk
+            p2p = tuple(collective(f"pp.{d}.chunk{j}", "send_recv", "pp", p2p_bytes, ph, overlappable=True, layer="pp")
+                        for j in range(v) for d, ph in (("activation", Phase.FWD), ("gradient", Phase.BWD)))
+        step_ops, mb_ops = _dp_ops(model, plan, fw, params)
+        sg = StageGraph(i, tuple(split[c] for c in chunks), tuple(blocks), p2p, step_ops, mb_ops, params, n_dense, n_moe)
+        memo[key] = sg
+        stages.append(sg)
+    return WorkloadGraph(job, fw, plan, ctx, m, tuple(stages))
+
+
+def _dp_ops(model: ModelSpec, plan: Plan, fw: FrameworkProfile, params: StageParams) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """Gradient synchronisation, ZeRO gathers and the optimizer step of one rank of a stage."""
+    dense = params.dense + params.embedding
+    expert = params.expert
+    dp_cp = (plan.dp or 1) * plan.cp
+    edp = max(1, dp_cp // plan.ep)
+    gb = fw.grad_reduce_bytes
+    pb = 4 if plan.precision == "fp32" else 2
+    step: list[Op] = []
+    per_mb: list[Op] = []
+    groups = [("dp_cp", dense, dp_cp), ("edp", expert, edp)]
+    for group, n, size in groups:
+        if n <= 0 or size <= 1:
+            continue
+        if plan.zero_stage == 0:
+            step.append(collective(f"dp.grad_allreduce.{group}", "all_reduce", group, n * gb, Phase.STEP, True, "step"))
+        elif plan.zero_stage in (1, 2):
+            step.append(collective(f"dp.grad_reduce_scatter.{group}", "reduce_scatter", group, n * gb, Phase.STEP, True, "step"))
+            step.append(collective(f"dp.param_all_gather.{group}", "all_gather", group, n * pb, Phase.STEP, True, "step"))
+        else:  # ZeRO-3 / FSDP: gather weights for forward and backward, reduce-scatter grads, per micro-batch
+            per_mb.append(collective(f"fsdp.param_all_gather.fwd.{group}", "all_gather", group, n * pb, Phase.FWD, True, "step"))
+            per_mb.append(collective(f"fsdp.param_all_gather.bwd.{group}", "all_gather", group, n * pb, Phase.BWD, True, "step"))
+            per_mb.append(collective(f"fsdp.grad_reduce_scatter.{group}", "reduce_scatter", group, n * gb, Phase.BWD, True, "step"))
+    # optimizer: Adam over this rank's shard (fp32 master, m, v; read grad; write 16-bit weights),
+    # plus the gradient-norm pass for clipping and zeroing the gradient buffer
+    shard_dense = dense / (dp_cp if plan.zero_stage >= 1 else 1)
+    shard_expert = expert / (edp if plan.zero_stage >= 1 else 1)
+    shard = shard_dense + shard_expert
+    grad_buffer = (dense + expert) if plan.zero_stage < 2 else shard
+    adam_bytes = shard * (4 + 8 + 8 + 8 + pb) + shard * 4 + grad_buffer * 4
+    step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
+    return tuple(step), tuple(per_mb)

@@ -1,0 +1,324 @@
+"""Ops of one transformer layer (dense or MoE), the embedding and the LM head, for one micro-batch
+on one rank. Sizes are already divided by the parallelism (tp heads and widths, cp sequence).
+
+Byte counts follow the tensors each kernel must read and write (16-bit activations unless noted);
+FLOPs count two per multiply-add. Backward GEMMs are the dgrad and wgrad GEMMs of each forward GEMM;
+FlashAttention's backward does 2.5x the forward FLOPs (5 GEMMs against 2; Dao 2023, arXiv 2307.08691).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .ops import Op, OpKind, Phase
+
+FWD, BWD = Phase.FWD, Phase.BWD
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """Everything that shapes the ops of a layer on one rank: hashable, so layers are memoized."""
+
+    micro_batch: int
+    seq_len: int            # full sequence (keys per query)
+    tokens: int             # tokens of this rank: micro_batch * seq_len / cp
+    hidden: int
+    heads: int              # query heads on this rank (after tp)
+    kv_heads: int           # kv heads on this rank (replicated when tp > kv heads)
+    qk_head_dim: int
+    v_head_dim: int
+    ffn: int                # dense MLP width on this rank
+    tp: int
+    cp: int
+    sp: bool
+    gated: bool
+    norm: str               # layernorm | rmsnorm
+    rope: bool
+    bias: bool
+    dropout: bool
+    attention_kernel: str   # flash | unfused
+    gemm_dtype: str         # bf16 | fp16 | fp8 | fp32
+    act_bytes: int          # bytes per activation element
+    fused_bias_act: bool
+    fused_residual: bool
+    fused_rope: bool
+    # MoE (zero when dense)
+    experts_local: int = 0
+    top_k: int = 0
+    ep: int = 1
+    expert_ffn: int = 0     # expert width on this rank (after expert tp)
+    shared_ffn: int = 0     # shared expert width on this rank
+    num_experts: int = 0
+    mla: tuple[int, ...] = ()   # (q_lora_rank or 0, kv_lora_rank, qk_rope_head_dim) when MLA
+
+    @property
+    def norm_rows(self) -> int:
+        """Rows a norm/residual kernel touches: 1/tp of the tokens with sequence parallelism."""
+        return self.tokens // self.tp if self.sp and self.tp > 1 else self.tokens
+
+
+def gemm(name: str, m: int, n: int, k: int, dtype: str, act_bytes: int, batch: int = 1, phase: Phase = FWD,
+         layer: str = "layer") -> Op:
+    elem = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
+    traffic = batch * ((m * k + k * n) * elem + m * n * act_bytes)
+    return Op(name, OpKind.GEMM, phase, flops=2.0 * batch * m * n * k, bytes=float(traffic),
+              shape=(batch, m, n, k), dtype=dtype, layer=layer)
+
+
+def gemm_backward(op: Op) -> tuple[Op, Op]:
+    """dgrad (dX = dY W^T) and wgrad (dW = X^T dY) of a forward GEMM."""
+    batch, m, n, k = op.shape
+    dgrad = gemm(op.name + ".dgrad", m, k, n, op.dtype, 2, batch, BWD, op.layer)
+    wgrad = gemm(op.name + ".wgrad", k, n, m, op.dtype, 2, batch, BWD, op.layer)
+    return dgrad, wgrad
+
+
+def elementwise(name: str, nbytes: float, phase: Phase = FWD, layer: str = "layer", flops: float = 0.0) -> Op:
+    return Op(name, OpKind.ELEMENTWISE, phase, flops=flops, bytes=float(nbytes), layer=layer)
+
+
+def collective(name: str, kind: str, group: str, nbytes: float, phase: Phase, overlappable: bool = False,
+               layer: str = "layer") -> Op:
+    op_kind = OpKind.P2P if kind == "send_recv" else OpKind.COLLECTIVE
+    return Op(name, op_kind, phase, collective=kind, group=group, comm_bytes=float(nbytes),
+              overlappable=overlappable, layer=layer)
+
+
+def _norm(c: LayerContext, name: str, layer: str) -> tuple[Op, Op]:
+    rows = c.norm_rows
+    # forward reads x, writes y (and saves fp32 stats); backward reads x and dy, writes dx
+    fwd = elementwise(name, rows * c.hidden * 2 * c.act_bytes, FWD, layer, flops=5.0 * rows * c.hidden)
+    bwd = elementwise(name + ".bwd", rows * c.hidden * 3 * c.act_bytes, BWD, layer, flops=8.0 * rows * c.hidden)
+    return fwd, bwd
+
+
+def _tp_enter(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op]]:
+    """Entering a tensor-parallel region: SP all-gathers the sequence (RS in backward); without SP
+    the forward is an identity and the backward all-reduces the input gradient."""
+    if c.tp == 1:
+        return [], []
+    size = c.tokens * c.hidden * c.act_bytes
+    if c.sp:
+        return ([collective(name + ".ag", "all_gather", "tp", size, FWD, layer=layer)],
+                [collective(name + ".rs", "reduce_scatter", "tp", size, BWD, layer=layer),
+                 # Megatron re-gathers the input for the wgrad GEMM, overlapped with dgrad
+                 collective(name + ".ag_wgrad", "all_gather", "tp", size, BWD, overlappable=True, layer=layer)])
+    return [], [collective(name + ".ar", "all_reduce", "tp", size, BWD, layer=layer)]
+
+
+def _tp_exit(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op]]:
+    """Leaving a tensor-parallel region: all-reduce (or reduce-scatter with SP) of the output."""
+    if c.tp == 1:
+        return [], []
+    size = c.tokens * c.hidden * c.act_bytes
+    if c.sp:
+        return ([collective(name + ".rs", "reduce_scatter", "tp", size, FWD, layer=layer)],
+                [collective(name + ".ag", "all_gather", "tp", size, BWD, layer=layer)])
+    return [collective(name + ".ar", "all_reduce", "tp", size, FWD, layer=layer)], []
+
+
+def _residual(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op]]:
+    """bias + dropout + residual add: fused into one kernel, or one kernel each."""
+    n = c.norm_rows * c.hidden
+    a = c.act_bytes
+    mask = 1 if c.dropout else 0
+    if c.fused_residual:
+        return ([elementwise(name, n * (3 * a + mask), FWD, layer)],
+                [elementwise(name + ".bwd", n * (3 * a + mask), BWD, layer)])
+    fwd = []
+    if c.bias:
+        fwd.append(elementwise(name + ".bias", n * 2 * a, FWD, layer))
+    if c.dropout:
+        fwd.append(elementwise(name + ".dropout", n * (2 * a + 1), FWD, layer))
+    fwd.append(elementwise(name + ".add", n * 3 * a, FWD, layer))
+    bwd = [elementwise(op.name + ".bwd", op.bytes, BWD, layer) for op in fwd]
+    return fwd, bwd
+
+
+def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], list[Op]]:
+    """Attention scores and values for the rank's queries against the whole sequence.
+    Returns forward ops, backward ops, and the ops selective recomputation repeats."""
+    b, a = c.micro_batch, c.heads
+    s_q = c.tokens // b
+    s_kv = c.seq_len
+    if c.attention_kernel == "flash":
+        # causal: on average each query sees half the keys (CP load-balances the halves)
+        flops = 2.0 * c.tokens * a * (s_kv / 2.0) * (c.qk_head_dim + c.v_head_dim)
+        io = c.tokens * (a * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim) + a * c.v_head_dim) * 2
+        shape = (b, a, s_q, s_kv, c.qk_head_dim, c.v_head_dim)
+        fwd = Op("attn.flash", OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
+        bwd = Op("attn.flash.bwd", OpKind.ATTENTION, BWD, flops=2.5 * flops, bytes=float(2 * io), shape=shape,
+                 layer=layer)
+        return [fwd], [bwd], [fwd]
+    scores = b * a * s_q * s_kv
+    fwd = [gemm("attn.qk", s_q, s_kv, c.qk_head_dim, "bf16", 2, b * a, FWD, layer),
+           elementwise("attn.softmax", scores * 4, FWD, layer, flops=5.0 * scores)]
+    if c.dropout:
+        fwd.append(elementwise("attn.dropout", scores * 5, FWD, layer))
+    fwd.append(gemm("attn.av", s_q, c.v_head_dim, s_kv, "bf16", 2, b * a, FWD, layer))
+    bwd: list[Op] = []
+    for op in reversed(fwd):
+        if op.kind == OpKind.GEMM:
+            bwd.extend(gemm_backward(op))
+        else:
+            bwd.append(elementwise(op.name + ".bwd", op.bytes * 1.5, BWD, layer, flops=op.flops))
+    return fwd, bwd, list(fwd)
+
+
+def _cp_exchange(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
+    """Ring attention (context parallelism): cp-1 steps passing this rank's K/V chunk around the ring,
+    overlapped with the attention of the chunk at hand; backward passes K/V and their gradients."""
+    if c.cp == 1:
+        return [], []
+    kv = c.tokens * c.kv_heads * (c.qk_head_dim + c.v_head_dim) * 2
+    steps = c.cp - 1
+    return ([collective("attn.cp_ring", "send_recv", "cp", kv * steps, FWD, overlappable=True, layer=layer)],
+            [collective("attn.cp_ring.bwd", "send_recv", "cp", 2 * kv * steps, BWD, overlappable=True, layer=layer)])
+
+
+def _mlp(c: LayerContext, name: str, width: int, tokens: int, layer: str, batch: int = 1) -> tuple[list[Op], list[Op]]:
+    ups = 2 if c.gated else 1
+    a = c.act_bytes
+    up = gemm(f"{name}.up", tokens, ups * width, c.hidden, c.gemm_dtype, a, batch, FWD, layer)
+    down = gemm(f"{name}.down", tokens, c.hidden, width, c.gemm_dtype, a, batch, FWD, layer)
+    n = batch * tokens * width
+    act_fwd = [elementwise(f"{name}.act", n * (ups + 1) * a, FWD, layer, flops=8.0 * n)]
+    if c.bias and not c.fused_bias_act:
+        act_fwd.insert(0, elementwise(f"{name}.bias", n * ups * 2 * a, FWD, layer))
+    act_bwd = [elementwise(op.name + ".bwd", op.bytes * (1.5 if op.name.endswith("act") else 1.0), BWD, layer,
+                           flops=op.flops) for op in reversed(act_fwd)]
+    fwd = [up, *act_fwd, down]
+    bwd = [*gemm_backward(down), *act_bwd, *gemm_backward(up)]
+    return fwd, bwd
+
+
+def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
+    """Router, dispatch (all-to-all over ep), grouped expert GEMMs, combine; shared experts beside."""
+    a = c.act_bytes
+    tokens = c.tokens // c.tp if c.tp > 1 else c.tokens     # MoE runs on the sequence-parallel shard
+    routed = tokens * c.top_k                                 # token copies this rank sends (balanced)
+    router = gemm("moe.router", tokens, c.num_experts, c.hidden, "fp32", 4, 1, FWD, layer)
+    fwd: list[Op] = [router, elementwise("moe.topk", tokens * c.num_experts * 8, FWD, layer),
+                     elementwise("moe.permute", routed * c.hidden * 2 * a, FWD, layer)]
+    bwd_tail: list[Op] = [*gemm_backward(router), elementwise("moe.permute.bwd", routed * c.hidden * 2 * a, BWD, layer)]
+    if c.ep > 1:
+        fwd.append(collective("moe.dispatch", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
+    per_expert = max(1, routed // max(1, c.experts_local))
+    e_fwd, e_bwd = _mlp(c, "moe.expert", c.expert_ffn, per_expert, layer, batch=c.experts_local)
+    fwd += e_fwd
+    bwd: list[Op] = []
+    if c.ep > 1:
+        fwd.append(collective("moe.combine", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
+        bwd.append(collective("moe.combine.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
+    fwd.append(elementwise("moe.unpermute", routed * c.hidden * 2 * a, FWD, layer))
+    bwd.append(elementwise("moe.unpermute.bwd", routed * c.hidden * 2 * a, BWD, layer))
+    bwd += e_bwd
+    if c.ep > 1:
+        bwd.append(collective("moe.dispatch.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
+    bwd += bwd_tail
+    if c.shared_ffn:
+        s_fwd, s_bwd = _mlp(c, "moe.shared", c.shared_ffn, c.tokens, layer)
+        fwd += s_fwd
+        bwd = s_bwd + bwd
+    return fwd, bwd
+
+
+def _qkv(c: LayerContext, layer: str) -> list[Op]:
+    a, h, dt = c.act_bytes, c.hidden, c.gemm_dtype
+    T = c.tokens
+    if c.mla:
+        q_rank, kv_rank, rope = c.mla
+        ops = []
+        if q_rank:
+            ops += [gemm("attn.q_down", T, q_rank, h, dt, a, 1, FWD, layer),
+                    gemm("attn.q_up", T, c.heads * c.qk_head_dim, q_rank, dt, a, 1, FWD, layer)]
+        else:
+            ops.append(gemm("attn.q", T, c.heads * c.qk_head_dim, h, dt, a, 1, FWD, layer))
+        nope = c.qk_head_dim - rope
+        ops += [gemm("attn.kv_down", T, kv_rank + rope, h, dt, a, 1, FWD, layer),
+                gemm("attn.kv_up", T, c.heads * (nope + c.v_head_dim), kv_rank, dt, a, 1, FWD, layer)]
+        return ops
+    n = c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)
+    return [gemm("attn.qkv", T, n, h, dt, a, 1, FWD, layer)]
+
+
+@lru_cache(maxsize=4096)
+def layer_ops(c: LayerContext, moe: bool) -> tuple[tuple[Op, ...], tuple[Op, ...], tuple[Op, ...]]:
+    """(forward, backward, attention-core) ops of one layer for one micro-batch."""
+    layer = "moe_layer" if moe else "layer"
+    fwd: list[Op] = []
+    bwd_rev: list[list[Op]] = []   # backward built in reverse order of the forward sections
+
+    n1, n1b = _norm(c, "norm1", layer)
+    e_f, e_b = _tp_enter(c, "attn.tp_in", layer)
+    qkv = _qkv(c, layer)
+    fwd += [n1, *e_f, *qkv]
+    section = [*[x for op in reversed(qkv) for x in gemm_backward(op)], *e_b, n1b]
+    bwd_rev.append(section)
+    if c.rope:
+        rope_bytes = c.tokens * (c.heads + c.kv_heads) * c.qk_head_dim * 2 * c.act_bytes
+        fwd.append(elementwise("attn.rope", rope_bytes * (1 if c.fused_rope else 2), FWD, layer))
+        bwd_rev.append([elementwise("attn.rope.bwd", rope_bytes * (1 if c.fused_rope else 2), BWD, layer)])
+    core_f, core_b, core_rc = _attention_core(c, layer)
+    cp_f, cp_b = _cp_exchange(c, layer)
+    fwd += [*cp_f, *core_f]
+    bwd_rev.append([*cp_b, *core_b])
+    proj = gemm("attn.proj", c.tokens, c.hidden, c.heads * c.v_head_dim, c.gemm_dtype, c.act_bytes, 1, FWD, layer)
+    x_f, x_b = _tp_exit(c, "attn.tp_out", layer)
+    r_f, r_b = _residual(c, "attn.residual", layer)
+    fwd += [proj, *x_f, *r_f]
+    bwd_rev.append([*r_b, *x_b, *gemm_backward(proj)])
+
+    n2, n2b = _norm(c, "norm2", layer)
+    if moe:
+        m_f, m_b = _moe_mlp(c, layer)
+        # shared experts and TP regions: MoE layers run on the SP shard; dense pieces keep tp comm
+        fwd += [n2, *m_f]
+        r2_f, r2_b = _residual(c, "mlp.residual", layer)
+        fwd += r2_f
+        bwd_rev.append([*r2_b, *m_b, n2b])
+    else:
+        e2_f, e2_b = _tp_enter(c, "mlp.tp_in", layer)
+        m_f, m_b = _mlp(c, "mlp", c.ffn, c.tokens, layer)
+        x2_f, x2_b = _tp_exit(c, "mlp.tp_out", layer)
+        r2_f, r2_b = _residual(c, "mlp.residual", layer)
+        fwd += [n2, *e2_f, *m_f, *x2_f, *r2_f]
+        bwd_rev.append([*r2_b, *x2_b, *m_b, *e2_b, n2b])
+    bwd = tuple(op for section in reversed(bwd_rev) for op in section)
+    return tuple(fwd), bwd, tuple(core_rc)
+
+
+@lru_cache(maxsize=1024)
+def embedding_ops(c: LayerContext, vocab: int, learned_positions: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """Token (and position) embedding on the first stage: vocab-parallel over tp."""
+    a = c.act_bytes
+    T = c.tokens
+    fwd = [Op("embedding.lookup", OpKind.EMBEDDING, FWD, bytes=float(T * c.hidden * a * (3 if learned_positions else 2)),
+              layer="embedding")]
+    bwd = [Op("embedding.grad", OpKind.EMBEDDING, BWD, bytes=float(T * c.hidden * (a + 4) * 2), layer="embedding")]
+    if c.tp > 1:
+        size = T * c.hidden * a
+        kind = "reduce_scatter" if c.sp else "all_reduce"
+        fwd.append(collective("embedding.tp", kind, "tp", size, FWD, layer="embedding"))
+        if c.sp:
+            bwd.insert(0, collective("embedding.tp.bwd", "all_gather", "tp", size, BWD, layer="embedding"))
+    return tuple(fwd), tuple(bwd)
+
+
+@lru_cache(maxsize=1024)
+def head_ops(c: LayerContext, vocab: int, fused_ce: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """Final norm, output projection over a vocab-parallel head, cross-entropy in fp32."""
+    n, nb = _norm(c, "final_norm", "head")
+    e_f, e_b = _tp_enter(c, "head.tp_in", "head")
+    v_local = -(-vocab // c.tp)
+    logits = gemm("head.logits", c.tokens, v_local, c.hidden, "bf16" if c.gemm_dtype == "fp8" else c.gemm_dtype,
+                  c.act_bytes, 1, FWD, "head")
+    elems = c.tokens * v_local
+    # fused: logits read once, gradient written in the forward kernel; unfused: fp32 copy, log-softmax, nll
+    ce_f = elementwise("head.cross_entropy", elems * (4 if fused_ce else 14), FWD, "head", flops=5.0 * elems)
+    ce_b = elementwise("head.cross_entropy.bwd", elems * (2 if fused_ce else 10), BWD, "head", flops=2.0 * elems)
+    fwd = [n, *e_f, logits, ce_f]
+    if c.tp > 1:
+        fwd.append(collective("head.ce_stats", "all_reduce", "tp", c.tokens * 4 * 3, FWD, layer="head"))
+    bwd = [ce_b, *gemm_backward(logits), *e_b, nb]
+    return tuple(fwd), tuple(bwd)
