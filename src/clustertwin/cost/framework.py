@@ -38,12 +38,15 @@ class FrameworkProfile:
     # bytes/param). False: fp32 weights used through autocast, Adam moments only (PyTorch AMP, FSDP2
     # with fp32 sharded params: 4 + 4 + 8 bytes/param, plus a 16-bit copy of the weights in use).
     master_in_optimizer: bool = True
+    step_overhead_s: float = 0.0           # per-iteration host work: data loading, loss reduction, logging
 
 
 FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
     # Megatron-LM / Megatron-Core as run in its papers: fused kernels, no TP overlap by default.
-    "megatron": FrameworkProfile("megatron"),
-    # NeMo recipes on Megatron-Core: TP comm overlap (userbuffers) enabled for TP > 1 on H100.
+    # Megatron-Core as its performance recipes run it (README: --overlap-grad-reduce
+    # --overlap-param-gather --tp-comm-overlap, distributed optimizer, TE flash attention).
+    "megatron": FrameworkProfile("megatron", overlap_tp_comm=True),
+    # NeMo recipes on Megatron-Core: the same kernels and overlaps.
     "nemo": FrameworkProfile("nemo", overlap_tp_comm=True),
     # DeepSpeed with Megatron-style kernels; ZeRO comes from the plan.
     "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6),

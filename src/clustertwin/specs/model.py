@@ -65,6 +65,7 @@ class ModelSpec(Frozen):
     bias: bool = Field(True, description="biases on linear layers (and LayerNorm)")
     qkv_bias: bool | None = Field(None, description="None = same as bias (Qwen2 has QKV biases only)")
     tied_embeddings: bool = False
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="hidden/attention dropout in training (Megatron GPT: 0.1)")
     mla: MLASpec | None = None
     # mixture of experts
     moe_num_experts: int = Field(0, ge=0, le=100_000, description="routed experts; 0 = dense")

@@ -3,6 +3,7 @@ TrainingJob. Empty cells are unknown: the assumption made for each is recorded w
 from __future__ import annotations
 
 import csv
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,7 +16,8 @@ REQUIRED = ("run_id", "arch", "layers", "hidden", "heads", "ffn_hidden", "vocab"
 METRICS = ("iteration_time_s", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu", "peak_memory_bytes")
 
 _ARCH = {
-    "gpt": dict(activation="gelu", norm="layernorm", positions="learned", bias=True),
+    # Megatron-LM's GPT defaults: hidden and attention dropout 0.1
+    "gpt": dict(activation="gelu", norm="layernorm", positions="learned", bias=True, dropout=0.1),
     "llama": dict(activation="swiglu", norm="rmsnorm", positions="rope", bias=False),
     "mixtral": dict(activation="swiglu", norm="rmsnorm", positions="rope", bias=False),
     "deepseek": dict(activation="swiglu", norm="rmsnorm", positions="rope", bias=False),
@@ -69,6 +71,25 @@ def _bool(r: dict, key: str) -> bool | None:
     if v == "":
         return None
     return v in ("1", "true", "yes")
+
+
+def publication_year(r: dict) -> int | None:
+    """Year a run was published: from an arXiv id (YYMM.NNNNN) in source_url, else a 20XX in source."""
+    url = r.get("source_url") or ""
+    m = re.search(r"arxiv\.org/(?:abs|pdf)/(\d{2})(\d{2})\.\d{4,5}", url)
+    if m:
+        return 2000 + int(m.group(1))
+    m = re.search(r"\b(20\d{2})\b", r.get("source") or "")
+    if m:
+        return int(m.group(1))
+    m = re.search(r"\bSC(\d{2})\b", r.get("source") or "")
+    return 2000 + int(m.group(1)) if m else None
+
+
+# Megatron-LM gained FlashAttention (through Transformer Engine) and TP communication overlap in
+# 2023; runs published before then used its fused scale-mask-softmax attention and blocking TP
+# collectives (Narayanan et al. 2021; Korthikanti et al. 2022 Sec. 4).
+_STACK_YEAR = 2023
 
 
 def model_from_row(r: dict) -> ModelSpec:
@@ -125,6 +146,19 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     overlap = _bool(r, "dp_overlap")
     if overlap is not None:
         fields["overlap_dp_comm"] = overlap
+    kernel = (r.get("attention") or "").strip().lower()
+    tp_overlap = _bool(r, "tp_overlap")
+    year = publication_year(r)
+    if not kernel and year is not None and year < _STACK_YEAR and framework in ("megatron", "nemo", "deepspeed"):
+        kernel = "unfused"
+        notes.append(f"attention kernel unknown: assumed unfused (published {year}, before FlashAttention in {framework})")
+        if tp_overlap is None:
+            tp_overlap = False
+            notes.append(f"TP communication overlap assumed off (published {year})")
+    if kernel:
+        fields["attention_kernel"] = kernel
+    if tp_overlap is not None:
+        fields["overlap_tp_comm"] = tp_overlap
     plan = make_plan(**fields)
     return make_job(model, cluster, plan, _int(r, "seq_len"), framework)
 

@@ -284,8 +284,24 @@ def layer_ops(c: LayerContext, moe: bool) -> tuple[tuple[Op, ...], tuple[Op, ...
         r2_f, r2_b = _residual(c, "mlp.residual", layer)
         fwd += [n2, *e2_f, *m_f, *x2_f, *r2_f]
         bwd_rev.append([*r2_b, *x2_b, *m_b, *e2_b, n2b])
-    bwd = tuple(op for section in reversed(bwd_rev) for op in section)
-    return tuple(fwd), bwd, tuple(core_rc)
+    bwd = [op for section in reversed(bwd_rev) for op in section]
+    if c.gemm_dtype == "fp8":
+        fwd, bwd = _with_fp8_casts(fwd), _with_fp8_casts(bwd)
+    return tuple(fwd), tuple(bwd), tuple(core_rc)
+
+
+def _with_fp8_casts(ops: list[Op]) -> list[Op]:
+    """FP8 GEMMs (Transformer Engine) need their A operand quantized, in both the row-wise and the
+    transposed layout Hopper's FP8 tensor cores require: one cast-transpose kernel per GEMM input
+    (forward activations, backward output gradients) reading 16-bit and writing two 8-bit copies.
+    Weight-gradient GEMMs reuse those copies; weights are cast once per iteration (not here)."""
+    out: list[Op] = []
+    for op in ops:
+        if op.kind == OpKind.GEMM and op.dtype == "fp8" and not op.name.endswith(".wgrad"):
+            batch, m, _, k = op.shape
+            out.append(elementwise(op.name + ".fp8_cast", batch * m * k * 4, op.phase, op.layer))
+        out.append(op)
+    return out
 
 
 @lru_cache(maxsize=1024)
