@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import Literal
 
@@ -21,12 +22,14 @@ _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0
 _COUNT = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
 _DURATION = {
     "": 1.0, "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
-    "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
+    "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ns": 1e-9,  # micro sign and Greek mu
     "m": 60.0, "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
     "h": 3600.0, "hr": 3600.0, "hrs": 3600.0, "hour": 3600.0, "hours": 3600.0,
     "d": 86400.0, "day": 86400.0, "days": 86400.0,
 }
-_NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:_\d+)*(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*$")
+# ASCII digits only: \d would also take other scripts' digits, which float() happens to read.
+_NUMBER = re.compile(r"^\s*([+-]?(?:[0-9]+(?:_[0-9]+)*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)\s*(.*?)\s*$")
+_PREFIX = r"(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|)"
 
 _HINT = {
     "bytes": 'e.g. "80GB", "80GiB" or 85899345920',
@@ -49,63 +52,79 @@ def _prefix_scale(prefix: str) -> float | None:
 
 def _scale(unit: str, kind: Kind) -> float | None:
     """Multiplier from ``unit`` to the SI unit of ``kind``; None if the unit does not fit."""
-    u = unit.replace(" ", "")
+    u = "".join(unit.split())
     if kind == "count":
         u = re.sub(r"(?i)tokens?$", "", u)
         return _COUNT.get(u)
     if kind in ("duration", "latency"):
         return _DURATION.get(u) if u in _DURATION else _DURATION.get(u.lower())
     if kind == "power":
-        m = re.fullmatch(r"([kKMG]?)W", u)
+        m = re.fullmatch(r"([kKMG]?)W?", u)
         return _DECIMAL[m.group(1)] if m else None
     if kind == "flops":
-        m = re.fullmatch(r"(k|K|M|G|T|P|E|)(?:FLOP/?S|FLOPs|flop/?s|FLOP/s|flops|FLOPS)?", u)
-        if not m:
-            return None
-        return _DECIMAL[m.group(1)]
+        m = re.fullmatch(r"(k|K|M|G|T|P|E|)(?:(?i:flop(?:/?s)?))?", u)
+        return _DECIMAL[m.group(1)] if m else None
     if kind == "bytes":
-        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|Ei|k|K|M|G|T|P|E|)(B|bytes?|)", u)
-        if not m:
-            return None
-        return _prefix_scale(m.group(1))
+        m = re.fullmatch(_PREFIX + r"(B|bytes?|)", u)
+        return _prefix_scale(m.group(1)) if m else None
     if kind == "bandwidth":
-        # bytes per second: GB/s, GBps, GiB/s; bits per second: Gb/s, Gbps, Gbit/s
-        m = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)(B|bytes?|b|bits?)(?:/s|ps|/sec)", u)
+        # bytes per second: GB/s, GBps, GiB/s, Gbytes/s; bits per second: Gb/s, Gbps, Gbit/s
+        m = re.fullmatch(_PREFIX + r"(B|bytes?|b|bits?)(?:/s|ps|/sec)", u)
         if not m:
-            m2 = re.fullmatch(r"(Ki|Mi|Gi|Ti|Pi|k|K|M|G|T|P|)", u)
+            m2 = re.fullmatch(_PREFIX, u)
             return _prefix_scale(m2.group(1)) if m2 else None
         scale = _prefix_scale(m.group(1))
         if scale is None:
             return None
-        return scale / 8.0 if m.group(2).startswith("b") else scale
+        is_bits = m.group(2) in ("b", "bit", "bits")
+        return scale / 8.0 if is_bits else scale
     return None
+
+
+def _apply(number: float, scale: float) -> float:
+    # Sub-unit scales (ms, us, ns, bits) divide by an exact integer so "5us" is exactly 5e-6.
+    if 0 < scale < 1:
+        return number / round(1.0 / scale)
+    return number * scale
 
 
 def parse_quantity(value: object, kind: Kind, field: str = "value") -> float:
     """Parse a number or a string with a unit into SI units of ``kind``.
 
     Raises UnitError (one line naming ``field``) for anything that is not a finite, non-negative
-    quantity of that kind.
+    quantity of that kind. Plain numbers (and strings without a unit) are taken as SI already.
     """
+    hint = _HINT.get(kind, "")
     if isinstance(value, bool):
-        raise UnitError(field, f"expected a quantity, got {value!r}", _HINT[kind])
-    if isinstance(value, (int, float)):
-        number = float(value)
+        raise UnitError(field, f"expected a quantity, got {value!r}", hint)
+    if isinstance(value, numbers.Real):  # int, float, numpy scalars, Fraction
+        try:
+            number = float(value)
+        except (OverflowError, ValueError, TypeError):
+            raise UnitError(field, f"{_short(value)} is not a finite number", hint) from None
     elif isinstance(value, str):
         m = _NUMBER.match(value)
         if not m:
-            raise UnitError(field, f"cannot read {value!r} as a quantity", _HINT[kind])
+            raise UnitError(field, f"cannot read {_short(value)} as a quantity", hint)
         scale = _scale(m.group(2), kind)
         if scale is None:
-            raise UnitError(field, f"unknown unit {m.group(2)!r} in {value!r}", _HINT[kind])
-        number = float(m.group(1).replace("_", "")) * scale
+            raise UnitError(field, f"unknown unit {_short(m.group(2))} in {_short(value)}", hint)
+        number = _apply(float(m.group(1).replace("_", "")), scale)
     else:
-        raise UnitError(field, f"expected a number or a string, got {type(value).__name__}", _HINT[kind])
+        raise UnitError(field, f"expected a number or a string, got {type(value).__name__}", hint)
     if not math.isfinite(number):
-        raise UnitError(field, f"{value!r} is not a finite number", _HINT[kind])
+        raise UnitError(field, f"{_short(value)} is not a finite number", hint)
     if number < 0:
-        raise UnitError(field, f"{value!r} is negative", "give a positive quantity")
-    return number
+        raise UnitError(field, f"{_short(value)} is negative", "give a positive quantity")
+    return number + 0.0  # -0.0 -> 0.0
+
+
+def _short(value: object, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # e.g. an int too long for str() (Python's digit limit)
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def format_si(value: float, unit: str, binary: bool = False, digits: int = 3) -> str:

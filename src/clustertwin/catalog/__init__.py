@@ -119,7 +119,9 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     data, origin = _raw("models", name_or_path, "model")
     if origin != "catalog" and ("model_type" in data or "architectures" in data):
         from ..specs.hf import model_from_hf_config
-        return model_from_hf_config(data, name=Path(str(name_or_path)).parent.name or Path(str(name_or_path)).stem)
+        path = Path(str(name_or_path))
+        name = path.parent.name if path.name == "config.json" and path.parent.name else path.stem
+        return model_from_hf_config(data, name=name or "hf-model")
     return _build(ModelSpec, data, "model")
 
 

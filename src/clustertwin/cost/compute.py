@@ -36,22 +36,39 @@ def gemm_shape_efficiency(m: int, n: int, k: int, batch: int, sms: int, wave_q: 
 class ComputePricer:
     """Prices compute ops of one GPU under one framework; memoizes by op."""
 
-    def __init__(self, gpu: GPUSpec, profile: HardwareProfile, fw: FrameworkProfile):
+    def __init__(self, gpu: GPUSpec, profile: HardwareProfile, fw: FrameworkProfile, tp_overlap_chunks: int = 1,
+                 attention_chunks: int = 1):
         self.gpu, self.profile, self.fw = gpu, profile, fw
+        # TP communication overlap (userbuffers ring exchange) splits each layer GEMM into tp
+        # sequential chunks of m/tp rows, each filling the GPU less well than the whole GEMM
+        self.tp_overlap_chunks = tp_overlap_chunks
+        # ring attention (CP) runs the attention kernel on 2*cp load-balanced chunks of the sequence
+        self.attention_chunks = attention_chunks
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
         self._cache: dict[Op, float] = {}
 
     def gemm_time(self, op: Op) -> float:
         batch, m, n, k = op.shape
         eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"])
-        eff *= gemm_shape_efficiency(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization, self.profile.k_half)
+        chunks = self.tp_overlap_chunks if op.layer in ("layer", "moe_layer") and not op.name.startswith(
+            ("attn.qk", "attn.av", "moe.")) else 1
+        if chunks > 1:
+            m_chunk = m // chunks if not op.name.endswith(".wgrad") else m
+            n_chunk = n if not op.name.endswith(".wgrad") else n
+            k_chunk = k // chunks if op.name.endswith(".wgrad") else k
+            eff *= gemm_shape_efficiency(max(1, m_chunk), n_chunk, max(1, k_chunk), batch, self.gpu.sm_count,
+                                         self.profile.wave_quantization, self.profile.k_half)
+        else:
+            eff *= gemm_shape_efficiency(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization,
+                                         self.profile.k_half)
         return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
 
     def attention_time(self, op: Op) -> float:
         b, heads, s_q, s_kv, dqk, dv = op.shape
         p = self.profile
         eff = p.attention_bwd_efficiency if op.phase.value == "bwd" else p.attention_fwd_efficiency
-        eff *= s_kv / (s_kv + p.attention_seq_half)          # short sequences do not fill the pipeline
+        rows = s_kv / self.attention_chunks
+        eff *= rows / (rows + p.attention_seq_half)          # short rows do not fill the pipeline
         eff *= min(1.0, (max(dqk, dv) / 128.0)) ** 0.5       # head dim 64 runs ~70-80% as fast as 128
         # fill: few (batch x heads x query tiles) blocks leave SMs idle
         blocks = b * heads * math.ceil(s_q / 128)

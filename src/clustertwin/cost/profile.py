@@ -13,7 +13,9 @@ Published figures used for the defaults (architecture level):
   TFLOP/s (public MI300X GEMM benchmarks).
 - Attention: FlashAttention-2 on A100 reaches up to 73% of peak forward and ~63% forward+backward
   at head dim 128 (Dao 2023, arXiv 2307.08691, Fig. 4-6); FlashAttention-3 / cuDNN on H100 reach
-  ~600-740 TFLOP/s forward and ~450-560 backward in BF16 (Shah et al. 2024, arXiv 2407.08608).
+  ~600-660 TFLOP/s forward (causal, head dim 128, 8K-16K keys) but ~420-500 at 2K keys, backward
+  ~450-560 (Shah et al. 2024, arXiv 2407.08608, Fig. 5-7): efficiency = max * s/(s + s_half),
+  s_half 1K on Hopper (its warp-specialised pipeline needs long rows), 512 on Ampere.
 - Memory-bound kernels: STREAM-like copies reach ~85-90% of HBM peak on A100/H100.
 - NCCL bus bandwidth: ~230 GB/s of A100's 300 GB/s NVLink per direction; ~360-370 GB/s of H100's
   450 GB/s; InfiniBand/RoCE reach ~90-95% of line rate (nccl-tests on DGX systems).
@@ -46,15 +48,15 @@ class HardwareProfile:
 ARCH_PROFILES: dict[str, HardwareProfile] = {
     "ampere": HardwareProfile(
         "ampere", gemm_efficiency={"bf16": 0.80, "fp16": 0.80, "fp8": 0.80, "fp32": 0.85, "tf32": 0.75},
-        wave_quantization=1.0, attention_fwd_efficiency=0.68, attention_bwd_efficiency=0.55,
+        wave_quantization=1.0, k_half=128, attention_fwd_efficiency=0.72, attention_bwd_efficiency=0.60, attention_seq_half=512,
         memory_efficiency=0.86, nvlink_efficiency=0.78, nic_efficiency=0.92),
     "hopper": HardwareProfile(
-        "hopper", gemm_efficiency={"bf16": 0.70, "fp16": 0.70, "fp8": 0.60, "fp32": 0.80, "tf32": 0.68},
-        wave_quantization=0.5, attention_fwd_efficiency=0.62, attention_bwd_efficiency=0.48,
+        "hopper", gemm_efficiency={"bf16": 0.72, "fp16": 0.72, "fp8": 0.60, "fp32": 0.80, "tf32": 0.68},
+        wave_quantization=0.5, k_half=256, attention_fwd_efficiency=0.70, attention_bwd_efficiency=0.58, attention_seq_half=1024,
         memory_efficiency=0.88, nvlink_efficiency=0.81, nic_efficiency=0.93),
     "blackwell": HardwareProfile(
         "blackwell", gemm_efficiency={"bf16": 0.75, "fp16": 0.75, "fp8": 0.70, "fp4": 0.6, "fp32": 0.8, "tf32": 0.7},
-        wave_quantization=0.5, attention_fwd_efficiency=0.60, attention_bwd_efficiency=0.45,
+        wave_quantization=0.5, k_half=256, attention_fwd_efficiency=0.60, attention_bwd_efficiency=0.45,
         memory_efficiency=0.88, nvlink_efficiency=0.80, nic_efficiency=0.93,
         source="assumed close to Hopper until measured"),
     "cdna": HardwareProfile(

@@ -63,7 +63,8 @@ class Pricer:
         job, plan = graph.job, graph.plan
         gpu = job.cluster.gpu
         self.profile = profile or profile_for(gpu)
-        self.compute = ComputePricer(gpu, self.profile, graph.framework)
+        chunks = plan.tp if plan.overlap_tp_comm and plan.tp > 1 else 1
+        self.compute = ComputePricer(gpu, self.profile, graph.framework, chunks, plan.cp)
         self.network = NetworkPricer(job.cluster, self.profile)
         G = job.cluster.gpus_per_node
         tp, cp, dp, ep = plan.tp, plan.cp, plan.dp or 1, plan.ep

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from ..errors import PlanError
 from .hardware import ClusterSpec
 from .model import Frozen, ModelSpec
-from .plan import Plan
+from .plan import Plan, _first_error
 
 Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile"]
 FRAMEWORKS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile")
@@ -64,9 +64,12 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int)
     if model.ffn_hidden_size % plan.tp:
         raise PlanError("plan.tp", f"{plan.tp} does not divide ffn_hidden_size={model.ffn_hidden_size}",
                         "choose tp dividing the MLP width")
-    if plan.tp > cluster.gpus_per_node and plan.tp % cluster.gpus_per_node:
-        raise PlanError("plan.tp", f"{plan.tp} spans nodes of {cluster.gpus_per_node} GPUs unevenly",
-                        "use tp dividing the node size or a multiple of it")
+    g = cluster.gpus_per_node
+    if (plan.tp > g and plan.tp % g) or (plan.tp < g and g % plan.tp):
+        raise PlanError("plan.tp", f"{plan.tp} does not tile nodes of {g} GPUs (a TP group would straddle two nodes)",
+                        f"use tp dividing {g} or a multiple of it")
+    if seq_len <= 0:
+        raise PlanError("seq_len", f"{seq_len} must be positive", "give the training sequence length")
     if plan.vpp > 1 and plan.pp == 1:
         raise PlanError("plan.vpp", f"{plan.vpp} virtual stages need pipeline parallelism", "set pp > 1 or vpp = 1")
     stage_layer_split(model.num_layers, plan.pp, plan.vpp)
@@ -78,6 +81,10 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int)
         if model.moe_num_experts % plan.ep:
             raise PlanError("plan.ep", f"{plan.ep} does not divide the {model.moe_num_experts} experts",
                             "choose ep dividing the number of experts")
+        etp = plan.etp or 1
+        if model.expert_ffn % etp:
+            raise PlanError("plan.etp", f"{etp} does not divide the expert width {model.expert_ffn}",
+                            "choose an expert tensor-parallel size dividing the expert MLP width")
         if (plan.dp * plan.cp) % plan.ep:  # type: ignore[operator]
             raise PlanError("plan.ep", f"{plan.ep} does not divide dp*cp = {plan.dp * plan.cp}",  # type: ignore[operator]
                             "expert parallelism is carved out of data parallelism: choose ep dividing dp*cp")
@@ -102,4 +109,7 @@ def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | 
     if s <= 0:
         raise PlanError("seq_len", f"{s} must be positive", "give the training sequence length")
     resolved = check_plan(model, cluster, plan, s)
-    return TrainingJob(model=model, cluster=cluster, plan=resolved, seq_len=s, framework=framework, tokens=tokens)
+    try:
+        return TrainingJob(model=model, cluster=cluster, plan=resolved, seq_len=s, framework=framework, tokens=tokens)
+    except ValidationError as e:
+        raise PlanError(*_first_error(e, "job")) from None

@@ -105,12 +105,15 @@ def _to_bool(v):
 _ALIASES = {
     "zero": "zero_stage", "mb": "micro_batch", "mbs": "micro_batch", "micro_batch_size": "micro_batch",
     "gb": "global_batch", "gbs": "global_batch", "global_batch_size": "global_batch",
-    "vp": "vpp", "interleave": "vpp", "fsdp": "zero_stage", "rc": "recompute",
+    "vp": "vpp", "interleave": "vpp", "rc": "recompute",
 }
 
 
 def parse_plan(text: str, **overrides) -> Plan:
     """Parse "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective" into a Plan."""
+    if text is not None and not isinstance(text, str):
+        raise PlanError("plan", f"expected text like \"tp=8,pp=4\", got {type(text).__name__}",
+                        'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
     fields: dict = {}
     for raw in (text or "").replace(";", ",").split(","):
         item = raw.strip()
@@ -125,7 +128,18 @@ def parse_plan(text: str, **overrides) -> Plan:
                 continue
             raise PlanError("plan", f"cannot read {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
         key, value = (s.strip() for s in item.split("=", 1))
+        if not key:
+            raise PlanError("plan", f"missing key in {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
+        if key.lower() == "fsdp":  # a switch: fsdp=1/true means ZeRO-3
+            flag = _to_bool(value)
+            if not isinstance(flag, bool):
+                raise PlanError("plan.fsdp", f"expected true/false, got {value!r}", "write fsdp=1 or zero=3")
+            if flag:
+                fields["zero_stage"] = 3
+            continue
         key = _ALIASES.get(key.lower(), key.lower())
+        if key in ("recompute", "precision", "attention_kernel"):
+            value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",
                             f"use one of {', '.join(sorted(set(Plan.model_fields) | set(_ALIASES)))}")
@@ -144,19 +158,29 @@ def make_plan(**fields) -> Plan:
         raise PlanError(*_first_error(e, "plan")) from None
 
 
+def _safe_repr(value: object, limit: int = 60) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # e.g. ints beyond Python's digit limit
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"])
     field = f"{prefix}.{loc}" if loc else prefix
-    msg = err["msg"]
     ctx_err = (err.get("ctx") or {}).get("error")
     if ctx_err is not None and hasattr(ctx_err, "one_line"):
         return ctx_err.field, ctx_err.problem, ctx_err.fix
+    msg = err["msg"]
+    if msg[:1].isupper() and not msg[1:2].isupper():
+        msg = msg[0].lower() + msg[1:]
     fix = {
         "missing": "add it",
         "extra_forbidden": "remove it (check its spelling)",
     }.get(err["type"], "give a valid value")
     value = err.get("input")
-    if err["type"] not in ("missing",) and not isinstance(value, dict):
-        msg = f"{msg} (got {value!r})"
-    return field, msg.lower() if msg[:1].isupper() and not msg[:2].isupper() else msg, fix
+    if err["type"] != "missing" and not isinstance(value, dict):
+        msg = f"{msg} (got {_safe_repr(value)})"
+    return field, msg, fix
