@@ -45,7 +45,9 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
     # Megatron-LM / Megatron-Core as run in its papers: fused kernels, no TP overlap by default.
     # Megatron-Core as its performance recipes run it (README: --overlap-grad-reduce
     # --overlap-param-gather --tp-comm-overlap, distributed optimizer, TE flash attention).
-    "megatron": FrameworkProfile("megatron", overlap_tp_comm=True),
+    # The loss is Megatron's vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless
+    # --cross-entropy-loss-fusion is given (off by default).
+    "megatron": FrameworkProfile("megatron", overlap_tp_comm=True, fused_cross_entropy=False),
     # NeMo recipes on Megatron-Core: the same kernels and overlaps.
     "nemo": FrameworkProfile("nemo", overlap_tp_comm=True),
     # DeepSpeed with Megatron-style kernels; ZeRO comes from the plan.

@@ -1,0 +1,217 @@
+"""The clustertwin command line: describe, list, predict, validate.
+
+Every user mistake ends as one line on stderr, ``error: <field>: <problem>; <fix>``, and exit
+code 2; ``--debug`` shows the traceback instead.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+try:  # typer >= 0.20 vendors click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click import exceptions as click_exc
+from rich.console import Console
+
+from . import __version__
+from .errors import ClusterTwinError
+
+app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
+                  help="Predict, plan and trace distributed LLM training on GPU clusters from specs alone.")
+console = Console()
+_state = {"debug": False}
+
+
+class Kind(str, Enum):
+    models = "models"
+    gpus = "gpus"
+    nodes = "nodes"
+    clusters = "clusters"
+
+
+def _emit_json(data) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
+
+
+@app.callback(invoke_without_command=True)
+def _main(ctx: typer.Context,
+          debug: bool = typer.Option(False, "--debug", help="show tracebacks instead of one-line errors"),
+          version: bool = typer.Option(False, "--version", help="print the version and exit")) -> None:
+    _state["debug"] = debug
+    if version:
+        typer.echo(f"clustertwin {__version__}")
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        typer.echo(ctx.get_help())
+
+
+# ---- shared options ---------------------------------------------------------------------------
+ModelOpt = typer.Option(None, "--model", "-m", help="catalog name or a YAML/JSON/HF config.json file [default: llama3-8b]")
+GpuOpt = typer.Option(None, "--gpu", help="GPU preset, e.g. h100, a100-80gb [default: h100-sxm]")
+NumGpusOpt = typer.Option(None, "--num-gpus", "-n", help="GPUs in the job [default: 64, or the cluster's size]")
+GpnOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU's standard server)")
+ClusterOpt = typer.Option(None, "--cluster", help="cluster preset or YAML/JSON file (instead of --gpu)")
+
+
+@app.command()
+def describe(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
+             gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt,
+             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """Describe a model and a cluster: parameters, FLOPs, peaks, memory and links."""
+    from .catalog import load_model
+    from .predict import DEFAULT_MODEL, resolve_cluster
+    from .report.console import cluster_table, model_table
+    m = load_model(model or DEFAULT_MODEL)
+    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+    if as_json:
+        _emit_json({"schema": 1, "model": {**m.model_dump(), **m.summary()},
+                    "cluster": {**c.model_dump(), "num_gpus": c.num_gpus}})
+        return
+    console.print(model_table(m))
+    console.print(cluster_table(c))
+
+
+@app.command("list")
+def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clusters"),
+             as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """List the catalog's presets."""
+    from rich.table import Table
+
+    from .catalog import list_presets
+    rows = list_presets(kind.value)
+    if as_json:
+        _emit_json(rows)
+        return
+    t = Table(title=f"{kind.value} ({len(rows)})", title_justify="left")
+    if kind == Kind.models:
+        cols = [("name", lambda r: r["name"]), ("params", lambda r: f"{r['params'] / 1e9:,.2f} B"),
+                ("active", lambda r: f"{r['active_params'] / 1e9:,.2f} B" if r["moe_experts"] else ""),
+                ("layers", lambda r: str(r["layers"])), ("hidden", lambda r: str(r["hidden"])),
+                ("heads/kv", lambda r: f"{r['heads']}/{r['kv_heads']}"), ("seq", lambda r: str(r["seq_len"]))]
+    elif kind == Kind.gpus:
+        cols = [("name", lambda r: r["name"]), ("bf16 TFLOP/s", lambda r: f"{r['bf16_flops'] / 1e12:,.0f}"),
+                ("fp8 TFLOP/s", lambda r: f"{r['fp8_flops'] / 1e12:,.0f}" if r["fp8_flops"] else "-"),
+                ("HBM", lambda r: f"{r['hbm_bytes'] / 2**30:,.0f} GiB"),
+                ("HBM TB/s", lambda r: f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}"),
+                ("link GB/s", lambda r: f"{r['scaleup_bandwidth_bytes_per_s'] / 1e9:,.0f}"),
+                ("TDP", lambda r: f"{r['tdp_w']:,.0f} W"), ("node", lambda r: r["default_node"])]
+    elif kind == Kind.nodes:
+        cols = [("name", lambda r: r["name"]), ("gpu", lambda r: r["gpu"]), ("GPUs", lambda r: str(r["gpus_per_node"])),
+                ("fabric", lambda r: r["scaleup_fabric"]),
+                ("NICs", lambda r: f"{r['nics_per_node']} x {r['nic_bandwidth_bytes_per_s'] * 8 / 1e9:,.0f} Gb/s")]
+    else:
+        cols = [("name", lambda r: r["name"]), ("gpu", lambda r: r["gpu"]), ("GPUs", lambda r: f"{r['num_gpus']:,}"),
+                ("nodes", lambda r: f"{r['num_nodes']:,}"), ("topology", lambda r: r["topology"]),
+                ("taper", lambda r: f"{r['oversubscription']:g}")]
+    for name, _ in cols:
+        t.add_column(name)
+    t.add_column("source", overflow="fold", max_width=50)
+    for r in rows:
+        t.add_row(*[f(r) for _, f in cols], r.get("source", ""))
+    console.print(t)
+
+
+@app.command()
+def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
+            gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt,
+            plan: Optional[str] = typer.Option(None, "--plan", "-p",
+                                               help='e.g. "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective"'),
+            micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="sequences per micro-batch"),
+            global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per iteration"),
+            seq_len: Optional[int] = typer.Option(None, "--seq-len", help="tokens per sequence"),
+            precision: Optional[str] = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
+            framework: str = typer.Option("megatron", "--framework",
+                                          help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+    """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
+    from .predict import (DEFAULT_GLOBAL_BATCH, DEFAULT_MICRO_BATCH, DEFAULT_MODEL, DEFAULT_PLAN, DEFAULT_SEQ_LEN,
+                          predict as run_predict)
+    from .report.console import prediction_tables, print_all
+    defaults = model is None and plan is None and cluster is None and gpu is None and num_gpus is None
+    if defaults:
+        plan = DEFAULT_PLAN
+        micro_batch = micro_batch or DEFAULT_MICRO_BATCH
+        global_batch = global_batch or DEFAULT_GLOBAL_BATCH
+        seq_len = seq_len or DEFAULT_SEQ_LEN
+    pred = run_predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
+                       plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                       precision=precision, framework=framework)
+    if as_json:
+        _emit_json(pred.to_json())
+        return
+    print_all(console, prediction_tables(pred))
+
+
+@app.command()
+def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the validation schema"),
+             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+    """Predict every measured run in FILE and report the error per row and the MAPE."""
+    from .report.console import validation_table
+    from .validate import read_runs, validate_rows
+    rep = validate_rows(read_runs(file))
+    if as_json:
+        _emit_json(rep.to_json())
+        return
+    console.print(validation_table(rep))
+    by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
+    console.print(f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}")
+    console.print(f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the app, turning every user error into one line and exit code 2."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    _state["debug"] = "--debug" in args
+    try:
+        app(args=args, prog_name="clustertwin", standalone_mode=False)
+        return 0
+    except ClusterTwinError as e:
+        if _state["debug"]:
+            raise
+        sys.stderr.write(f"error: {e.one_line()}\n")
+        return 2
+    except click_exc.NoSuchOption as e:
+        sys.stderr.write(f"error: {e.option_name}: no such option; see `clustertwin {_cmd(args)} --help`\n")
+        return 2
+    except click_exc.BadParameter as e:
+        name = e.param.opts[0] if e.param is not None and getattr(e.param, "opts", None) else (e.param_hint or "argument")
+        sys.stderr.write(f"error: {_one_line(name)}: {_one_line(e.message)}; see `clustertwin {_cmd(args)} --help`\n")
+        return 2
+    except click_exc.MissingParameter as e:
+        name = e.param.name if e.param is not None else "argument"
+        sys.stderr.write(f"error: {name}: missing; see `clustertwin {_cmd(args)} --help`\n")
+        return 2
+    except click_exc.UsageError as e:
+        sys.stderr.write(f"error: {_one_line(e.format_message())}; see `clustertwin --help`\n")
+        return 2
+    except click_exc.Abort:
+        sys.stderr.write("error: aborted\n")
+        return 130
+    except click_exc.Exit as e:
+        return e.exit_code
+    except (typer.Exit, SystemExit) as e:
+        return int(getattr(e, "exit_code", getattr(e, "code", 0)) or 0)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
+
+
+def _cmd(args: list[str]) -> str:
+    for a in args:
+        if not a.startswith("-"):
+            return a
+    return ""
+
+
+def run() -> None:  # pragma: no cover - console script shim
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Presentation: console tables (rich) now, HTML (plotly) later."""
