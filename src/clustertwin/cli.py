@@ -164,6 +164,21 @@ def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the 
     console.print(f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%")
 
 
+# ---- commands of the subpackages: each module defines register(app) ----------------------------
+# (one line per subpackage; keep this block sorted)
+_SUBCOMMAND_MODULES: list[str] = [
+]
+
+
+def _register_subcommands() -> None:
+    import importlib
+    for name in _SUBCOMMAND_MODULES:
+        importlib.import_module(name).register(app)
+
+
+_register_subcommands()
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
