@@ -136,9 +136,9 @@ def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gp
     defaults = model is None and plan is None and cluster is None and gpu is None and num_gpus is None
     if defaults:
         plan = DEFAULT_PLAN
-        micro_batch = micro_batch or DEFAULT_MICRO_BATCH
-        global_batch = global_batch or DEFAULT_GLOBAL_BATCH
-        seq_len = seq_len or DEFAULT_SEQ_LEN
+        micro_batch = DEFAULT_MICRO_BATCH if micro_batch is None else micro_batch
+        global_batch = DEFAULT_GLOBAL_BATCH if global_batch is None else global_batch
+        seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
     pred = run_predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                        plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                        precision=precision, framework=framework)

@@ -128,8 +128,8 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None, cluster
         if gpus_per_node and gpus_per_node != c.gpus_per_node:
             raise SpecError("gpus_per_node", f"{gpus_per_node} conflicts with cluster {c.name} ({c.gpus_per_node} per node)",
                             "drop --gpus-per-node or describe another cluster")
-        return c.with_gpus(num_gpus) if num_gpus else c
-    return cluster_for_gpu(gpu or DEFAULT_GPU, num_gpus or DEFAULT_NUM_GPUS, gpus_per_node)
+        return c.with_gpus(num_gpus) if num_gpus is not None else c
+    return cluster_for_gpu(gpu or DEFAULT_GPU, DEFAULT_NUM_GPUS if num_gpus is None else num_gpus, gpus_per_node)
 
 
 def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str | None = None,
@@ -147,7 +147,7 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
         p = parse_plan(plan if plan is not None else "", **overrides)
     from .cost.framework import get_framework
     fw = get_framework(framework).name
-    return make_job(m, c, p, seq_len or min(m.max_seq_len, DEFAULT_SEQ_LEN), fw, tokens)
+    return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
 
 
 def predict_job(job: TrainingJob, profile: HardwareProfile | None = None) -> Prediction:

@@ -169,6 +169,8 @@ def cluster_for_gpu(gpu: str | GPUSpec, num_gpus: int, gpus_per_node: int | None
     else:
         node = NodeSpec(name=f"{spec.name}-node", gpu=spec, gpus_per_node=8, nics_per_node=8,
                         nic_bandwidth_bytes_per_s=50e9)
+    if gpus_per_node is not None and gpus_per_node <= 0:
+        raise SpecError("gpus_per_node", f"{gpus_per_node} must be positive", "give the GPUs in one server, e.g. 8")
     if gpus_per_node and gpus_per_node != node.gpus_per_node:
         nics = max(1, round(node.nics_per_node * gpus_per_node / node.gpus_per_node))
         node = node.model_copy(update={"gpus_per_node": gpus_per_node, "nics_per_node": nics})

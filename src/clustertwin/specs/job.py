@@ -105,7 +105,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int)
 def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | None = None,
              framework: str = "megatron", tokens: float | None = None) -> TrainingJob:
     """A checked TrainingJob (dp and global batch resolved)."""
-    s = seq_len or model.max_seq_len
+    s = model.max_seq_len if seq_len is None else seq_len
     if s <= 0:
         raise PlanError("seq_len", f"{s} must be positive", "give the training sequence length")
     resolved = check_plan(model, cluster, plan, s)
