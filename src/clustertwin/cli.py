@@ -209,16 +209,17 @@ def main(argv: list[str] | None = None) -> int:
     except click_exc.UsageError as e:
         sys.stderr.write(f"error: {_one_line(e.format_message())}; see `clustertwin --help`\n")
         return 2
-    except click_exc.Abort:
+    except typer.Abort:
         sys.stderr.write("error: aborted\n")
         return 130
-    except click_exc.Exit as e:
-        return e.exit_code
     except (typer.Exit, SystemExit) as e:
         return int(getattr(e, "exit_code", getattr(e, "code", 0)) or 0)
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except BrokenPipeError:  # output piped into a command that stopped reading (e.g. head)
+        sys.stderr.close()
+        return 0
 
 
 def _cmd(args: list[str]) -> str:
@@ -229,4 +230,11 @@ def _cmd(args: list[str]) -> str:
 
 
 def run() -> None:  # pragma: no cover - console script shim
-    sys.exit(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:  # stdout closed early (| head): not an error of ours
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    sys.exit(code)
