@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("error: interrupted\n")
         return 130
     except BrokenPipeError:  # output piped into a command that stopped reading (e.g. head)
-        sys.stderr.close()
+        _silence_stdout()
         return 0
 
 
@@ -234,7 +234,14 @@ def run() -> None:  # pragma: no cover - console script shim
         code = main()
         sys.stdout.flush()
     except BrokenPipeError:  # stdout closed early (| head): not an error of ours
-        import os
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _silence_stdout()
         code = 0
     sys.exit(code)
+
+
+def _silence_stdout() -> None:
+    import os
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
