@@ -1,0 +1,35 @@
+"""Print the per-row validation table as Markdown (for docs/validation.md).
+
+Run: python benchmarks/validation_table.py ../shared/validation/public_runs.csv [more.csv ...]
+"""
+from __future__ import annotations
+
+import sys
+
+from clustertwin.validate import read_runs, validate_rows
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        rep = validate_rows(read_runs(path))
+        print(f"### {path.split('/')[-1]}\n")
+        print("| run | plan | measured | predicted | error | largest parts of the predicted step |")
+        print("|---|---|---:|---:|---:|---|")
+        for r in rep.rows:
+            if r.error is None:
+                print(f"| {r.run_id} | | {r.measured:.4g} | failed | | {r.reason} |")
+                continue
+            p = r.prediction
+            parts = sorted(p.breakdown_s.items(), key=lambda kv: -kv[1])[:3]
+            top = ", ".join(f"{k} {v / p.step_time_s * 100:.0f}%" for k, v in parts if v > 0)
+            print(f"| {r.run_id} | {p.graph.plan.short()} | {r.measured:.4g} | {r.predicted:.4g} | "
+                  f"{r.error * 100:+.1f}% | {top} |")
+        by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
+        print(f"\nrows {len(rep.rows)}, predicted {len(rep.ok_rows)}, failed {len(rep.failed_rows)}; "
+              f"MAPE {rep.mape * 100:.1f}% ({by}); max |error| {rep.max_abs_error * 100:.1f}%; "
+              f"rows within 10%: {sum(abs(r.error) <= 0.10 for r in rep.ok_rows)}, "
+              f"within 20%: {sum(abs(r.error) <= 0.20 for r in rep.ok_rows)}\n")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["../shared/validation/public_runs.csv"])
