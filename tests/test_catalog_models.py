@@ -44,6 +44,16 @@ ROUNDED = {
     # (README_WEIGHTS.md: 36.6B including the 0.9B output head). Our params_active includes the 0.93B input
     # embedding, hence 37.55B; test_deepseek_v3_active_matches_deepseek_definition checks 36.6B to 1%.
     ("deepseek-v3", "params_active"): (0.6e9, "'37B' rounds 36.6B, which excludes the 0.93B input embedding"),
+    # Qwen3-30B-A3B model card: "3.3B activated" (two significant figures). The layout counts 3.353B with both
+    # embeddings and the 12.6M router weights; without the router it is 3.340B, which does print as 3.3B.
+    ("qwen3-30b-a3b", "params_active"): (0.06e9, "'3.3B' (2 significant figures); layout counts 3.353B incl. router"),
+    # xAI gives no active count for Grok-1, only "25% of the weights active on a given token" (of 314B = 78.5B).
+    # Read as a fraction quoted to the nearest 5% (22.5-27.5% = 70.7-86.4B); the layout gives 83.8B, 26.5%.
+    ("grok-1", "params_active"): (7.85e9, "'25% of the weights' is a round fraction; layout counts 83.8B (26.5%)"),
+    # Kimi K2 model card prints "1T" and "32B" (headline figures). The layout counts 1.026T total, and 32.86B active
+    # with both embeddings (31.69B without the 1.17B input embedding, DeepSeek's convention; see deepseek-v3).
+    ("kimi-k2", "params_total"): (0.05e12, "model card prints '1T'; layout counts 1.026T"),
+    ("kimi-k2", "params_active"): (0.9e9, "model card prints '32B'; layout counts 32.86B (31.69B w/o input embedding)"),
 }
 
 
@@ -55,6 +65,7 @@ def test_presets_exist():
         "megatron-145.6b", "megatron-310.1b", "megatron-529.6b", "megatron-1t",
         "llama2-7b", "llama2-13b", "llama2-70b", "llama3-8b", "llama3-70b", "llama3.1-405b",
         "mistral-7b", "mixtral-8x7b", "mixtral-8x22b", "qwen2.5-7b", "qwen2.5-72b", "deepseek-v3",
+        "qwen3-30b-a3b", "qwen3-235b-a22b", "grok-1", "kimi-k2",
         "nemotron-4-15b", "nemotron-4-340b",
     }
     assert required <= set(PRESETS), sorted(required - set(PRESETS))
