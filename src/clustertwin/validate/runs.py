@@ -93,6 +93,21 @@ _STACK_YEAR = 2023
 
 
 def model_from_row(r: dict) -> ModelSpec:
+    """The model of a row: the catalog preset named in the optional ``model_preset`` column (for
+    layouts the CSV columns cannot describe: MLA, shared experts, dense first layers, head sizes),
+    checked against the row's dimensions; otherwise built from the columns and the arch."""
+    preset = (r.get("model_preset") or "").strip()
+    if preset:
+        from ..catalog import load_model
+        m = load_model(preset)
+        for col, value in (("layers", m.num_layers), ("hidden", m.hidden_size), ("heads", m.num_heads)):
+            if _int(r, col) is not None and _int(r, col) != value:
+                raise DataError(col, f"{_int(r, col)} disagrees with preset {preset} ({value})",
+                                "fix the row or the model_preset column")
+        vocab = _int(r, "vocab")
+        if vocab and vocab != m.vocab_size:  # the run's tokenizer, not the published one
+            m = m.model_copy(update={"vocab_size": vocab})
+        return m
     arch = (r.get("arch") or "").strip().lower()
     if arch not in _ARCH:
         raise DataError("arch", f"unknown arch {arch!r}", f"use one of {', '.join(_ARCH)}")
@@ -141,7 +156,7 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         notes.append("recompute unknown: assumed none")
     prec = (r.get("precision") or "").strip() or "bf16"
     fields = dict(tp=tp, pp=_int(r, "pp", 1), vpp=_int(r, "vpp", 1) or 1, dp=_int(r, "dp"), cp=_int(r, "cp", 1) or 1,
-                  ep=_int(r, "ep", 1) or 1, sp=sp, zero_stage=zero, micro_batch=mb,
+                  ep=_int(r, "ep", 1) or 1, etp=_int(r, "etp"), sp=sp, zero_stage=zero, micro_batch=mb,
                   global_batch=_int(r, "global_batch"), recompute=rc, precision=prec)
     overlap = _bool(r, "dp_overlap")
     if overlap is not None:
