@@ -167,6 +167,8 @@ def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the 
 # ---- commands of the subpackages: each module defines register(app) ----------------------------
 # (one line per subpackage; keep this block sorted)
 _SUBCOMMAND_MODULES: list[str] = [
+    "clustertwin.reliability.cli",
+    "clustertwin.search.cli",
 ]
 
 

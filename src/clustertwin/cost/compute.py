@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
+from ..arith import maximum
 from ..specs.hardware import GPUSpec
 from ..workload.ops import Op, OpKind
 from .framework import FrameworkProfile
@@ -15,6 +16,7 @@ from .profile import HardwareProfile
 
 # (tile rows, tile cols, relative efficiency of the tile): large tiles run best (cuBLAS heuristics)
 _TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.92), (64, 128, 0.78), (64, 64, 0.6))
+OPTIMIZER_KERNELS = 4  # multi-tensor apply: a handful of launches for the whole step
 
 
 @lru_cache(maxsize=65536)
@@ -85,9 +87,15 @@ class ComputePricer:
             t = self.attention_time(op)
         else:  # elementwise, embedding, optimizer: memory bound
             t = op.bytes / self.mem_bw
-        kernels = 1
-        if op.kind == OpKind.OPTIMIZER:
-            kernels = 4  # multi-tensor apply: a handful of launches for the whole step
-        t = max(t + self.fw.kernel_gap_s * kernels, self.fw.cpu_dispatch_s * kernels)
+        kernels = OPTIMIZER_KERNELS if op.kind == OpKind.OPTIMIZER else 1
+        t = self._launch_bound(t, kernels)
         self._cache[op] = t
         return t
+
+    def _launch_bound(self, t, kernels: int):
+        """A kernel's time plus the gap to the next, but never less than the host's cost to launch it."""
+        return maximum(t + self.fw.kernel_gap_s * kernels, self.fw.cpu_dispatch_s * kernels)
+
+    def memory_bound_time(self, nbytes, kernels: int = 1):
+        """What ``time`` gives memory-bound ops moving ``nbytes`` (floats or arrays of many ops)."""
+        return self._launch_bound(nbytes / self.mem_bw, kernels)

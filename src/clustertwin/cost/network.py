@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
 
 from ..specs.hardware import ClusterSpec
 from .profile import HardwareProfile
@@ -46,6 +49,11 @@ _BUS_FACTOR = {
     "all_to_all": lambda n: (n - 1) / n,
     "send_recv": lambda n: 1.0,
 }
+
+
+def ring_time(bus_factor, nbytes, bandwidth, latency):
+    """Seconds of a ring collective (floats or arrays): bus factor x buffer / bus bandwidth + latency."""
+    return bus_factor * nbytes / bandwidth + latency
 
 
 class NetworkPricer:
@@ -91,4 +99,18 @@ class NetworkPricer:
             intra = nbytes * (g - 1) / n / self.nvlink
             inter = nbytes * (n - g) / n / (self.nic_per_gpu / (self.cluster.oversubscription if pl.nodes > self.nodes_per_leaf else 1.0))
             return max(intra, inter) + self.latency(pl, kind)
-        return _BUS_FACTOR[kind](n) * nbytes / self.bandwidth(pl, kind) + self.latency(pl, kind)
+        return ring_time(_BUS_FACTOR[kind](n), nbytes, self.bandwidth(pl, kind), self.latency(pl, kind))
+
+    def time_many(self, kind: str, nbytes: np.ndarray, placements: Sequence[GroupPlacement],
+                  index: np.ndarray) -> np.ndarray:
+        """``time`` of many collectives at once: collective r moves ``nbytes[r]`` on ``placements[index[r]]``
+        (the same arithmetic, element by element). Ring collectives only (no inter-node all-to-all)."""
+        terms = np.zeros((len(placements), 4))
+        for j, pl in enumerate(placements):
+            if kind == "all_to_all" and pl.nodes > 1:
+                raise ValueError("time_many prices ring collectives; use time() for an inter-node all-to-all")
+            n = pl.size
+            terms[j] = (_BUS_FACTOR[kind](n), self.bandwidth(pl, kind), self.latency(pl, kind), n)
+        factor, bandwidth, latency, size = terms[index].T
+        t = ring_time(factor, nbytes, bandwidth, latency)
+        return np.where((size > 1) & (nbytes > 0), t, 0.0)

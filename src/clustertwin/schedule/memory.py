@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..arith import maximum, minimum
+from ..cost.framework import FrameworkProfile
 from ..workload.graph import StageGraph, WorkloadGraph
 from ..workload.transformer import LayerContext
 
@@ -53,10 +55,14 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
 def layers_in_flight(graph: WorkloadGraph, stage: int, layers_on_stage: int) -> float:
     """Layer-micro-batches whose activations a stage holds at its peak (Megatron's warm-up depth)."""
     plan = graph.plan
-    p, v, m = plan.pp, plan.vpp, graph.num_microbatches
+    return in_flight(plan.pp, plan.vpp, graph.num_microbatches, stage, layers_on_stage)
+
+
+def in_flight(p: int, v: int, m, stage: int, layers_on_stage: int):
+    """``layers_in_flight`` from the pipeline's shape; ``m`` may be an array (many plans)."""
     if v == 1:
-        return layers_on_stage * min(m, p - stage)
-    chunks = min(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
+        return layers_on_stage * minimum(m, p - stage)
+    chunks = minimum(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
     return layers_on_stage / v * chunks
 
 
@@ -78,13 +84,34 @@ class MemoryEstimate:
 def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
     plan, fw, c = graph.plan, graph.framework, graph.context
     dp_cp = (plan.dp or 1) * plan.cp
-    edp = max(1, dp_cp // plan.ep)
-    dense = sg.params.dense + sg.params.embedding
-    expert = sg.params.expert
-    z = plan.zero_stage
-    fp32 = plan.precision == "fp32"
+    rc = plan.recompute
+    names = {b.name for b in sg.blocks}
+    moe = bool(sg.layers_moe)
+    return stage_memory(
+        fw, plan.precision, plan.zero_stage, rc, dense=sg.params.dense + sg.params.embedding, expert=sg.params.expert,
+        dp_cp=dp_cp, edp=max(1, dp_cp // plan.ep), layers_dense=sg.layers_dense, layers_moe=sg.layers_moe,
+        act_dense=layer_activation_bytes(c, False, rc), act_moe=layer_activation_bytes(c, True, rc) if moe else 0.0,
+        act_full_layer=(maximum(layer_activation_bytes(c, False, "none"),
+                                layer_activation_bytes(c, True, "none") if moe else 0.0) if rc == "full" else 0.0),
+        in_flight_layers=layers_in_flight(graph, sg.stage, sg.layers_dense + sg.layers_moe),
+        logits=c.tokens * -(-graph.job.model.vocab_size // c.tp) if "head" in names else None,
+        embedding_rows_bytes=c.norm_rows * c.hidden * c.act_bytes if "embedding" in names else None,
+        embedding_in_flight=layers_in_flight(graph, sg.stage, 1))
 
-    def shard(n_dense: float, n_expert: float, on: bool) -> float:
+
+def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recompute: str, *, dense, expert, dp_cp, edp,
+                 layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
+                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None) -> dict:
+    """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
+    over dp*cp and over the expert-data-parallel group); ``act_*``: activation bytes of one layer and
+    micro-batch (``act_full_layer``: the largest layer's full activations, held while it is
+    recomputed); ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere);
+    ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
+    Floats, or arrays of many plans sharing this stage's layout and these settings."""
+    z = zero_stage
+    fp32 = precision == "fp32"
+
+    def shard(n_dense, n_expert, on: bool):
         return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
 
     if fw.master_in_optimizer and not fp32:
@@ -96,27 +123,22 @@ def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
     optimizer = o_bytes * shard(dense, expert, z >= 1)
     other = fw.base_memory_bytes
     if z >= 3:  # FSDP: two layers' worth of gathered 16-bit weights (current + prefetched)
-        layers = max(1, sg.layers_dense + sg.layers_moe)
+        layers = max(1, layers_dense + layers_moe)
         other += 2 * 2 * (dense + expert) / layers
     elif not fw.master_in_optimizer and not fp32:  # autocast keeps 16-bit copies of the weights in use
         other += 2 * (dense + expert)
-    if plan.precision == "fp8":  # Transformer Engine caches fp8 copies of the GEMM weights
+    if precision == "fp8":  # Transformer Engine caches fp8 copies of the GEMM weights
         other += 1 * shard(dense, expert, z >= 3)
 
-    rc = plan.recompute
-    per_dense = layer_activation_bytes(c, False, rc)
-    per_moe = layer_activation_bytes(c, True, rc) if sg.layers_moe else 0.0
-    n_layers = sg.layers_dense + sg.layers_moe
-    mean_layer = (per_dense * sg.layers_dense + per_moe * sg.layers_moe) / max(1, n_layers)
-    acts = mean_layer * layers_in_flight(graph, sg.stage, n_layers)
-    if rc == "full":  # the layer being recomputed holds its full activations during its backward
-        acts += max(layer_activation_bytes(c, False, "none"), layer_activation_bytes(c, True, "none") if sg.layers_moe else 0.0)
-    names = {b.name for b in sg.blocks}
-    if "head" in names:  # logits of one micro-batch: the fused loss keeps 16-bit gradients, else fp32 copies
-        logits = c.tokens * -(-graph.job.model.vocab_size // c.tp)
+    n_layers = layers_dense + layers_moe
+    mean_layer = (act_dense * layers_dense + act_moe * layers_moe) / max(1, n_layers)
+    acts = mean_layer * in_flight_layers
+    if recompute == "full":  # the layer being recomputed holds its full activations during its backward
+        acts += act_full_layer
+    if logits is not None:  # logits of one micro-batch: the fused loss keeps 16-bit gradients, else fp32 copies
         acts += logits * (2 if fw.fused_cross_entropy else 4 + 4)
-    if "embedding" in names:
-        acts += c.norm_rows * c.hidden * c.act_bytes * layers_in_flight(graph, sg.stage, 1)
+    if embedding_rows_bytes is not None:
+        acts += embedding_rows_bytes * embedding_in_flight
     other += fw.allocator_overhead * (acts + weights + grads)
     return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts, "other": other}
 

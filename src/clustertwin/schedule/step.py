@@ -10,10 +10,14 @@ all-gather not hidden behind the next forward, and the optimizer step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
+from ..arith import logical_and, maximum, minimum, pick, where
 from ..cost.compute import ComputePricer
+from ..cost.framework import FrameworkProfile
 from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
+from ..specs.hardware import ClusterSpec
 from ..workload.graph import StageGraph, WorkloadGraph
 from ..workload.ops import Op, OpKind, Phase
 
@@ -55,27 +59,47 @@ class StepEstimate:
     critical_stage: int
 
 
+def tp_overlap_chunks(plan) -> int:
+    """Chunks each layer GEMM is split into when TP communication overlaps it (1: no overlap)."""
+    return plan.tp if plan.overlap_tp_comm and plan.tp > 1 else 1
+
+
+def group_placements(plan, gpus_per_node: int) -> dict[str, GroupPlacement]:
+    """Where each process group of a plan sits (Megatron rank order: tp, cp, dp, pp)."""
+    G = gpus_per_node
+    tp, cp, dp, ep = plan.tp, plan.cp, plan.dp or 1, plan.ep
+    return {
+        "tp": place_group(tp, 1, G),
+        "cp": place_group(cp, tp, G),
+        "dp_cp": place_group(dp * cp, tp, G),
+        "ep": place_group(ep, tp, G),
+        "edp": place_group(max(1, dp * cp // ep), tp * ep, G),
+        "pp": place_group(2 if plan.pp > 1 else 1, tp * cp * dp, G),
+    }
+
+
 class Pricer:
     """Prices every op of a graph on its cluster: the compute pricer and the network pricer
     with the placement of each process group."""
 
     def __init__(self, graph: WorkloadGraph, profile: HardwareProfile | None = None):
-        job, plan = graph.job, graph.plan
-        gpu = job.cluster.gpu
+        self._setup(graph.job.cluster, graph.plan, graph.framework, profile)
+
+    @classmethod
+    def for_plan(cls, cluster: ClusterSpec, plan, framework: FrameworkProfile, profile: HardwareProfile | None = None,
+                 *, compute: ComputePricer | None = None, network: NetworkPricer | None = None) -> "Pricer":
+        """A pricer without a graph (search prices the blocks of many plans; ``plan`` needs tp, cp,
+        dp, ep, pp and overlap_tp_comm); ``compute``/``network`` share pricers and their caches."""
+        self = cls.__new__(cls)
+        self._setup(cluster, plan, framework, profile, compute, network)
+        return self
+
+    def _setup(self, cluster, plan, framework, profile, compute=None, network=None) -> None:
+        gpu = cluster.gpu
         self.profile = profile or profile_for(gpu)
-        chunks = plan.tp if plan.overlap_tp_comm and plan.tp > 1 else 1
-        self.compute = ComputePricer(gpu, self.profile, graph.framework, chunks, plan.cp)
-        self.network = NetworkPricer(job.cluster, self.profile)
-        G = job.cluster.gpus_per_node
-        tp, cp, dp, ep = plan.tp, plan.cp, plan.dp or 1, plan.ep
-        self.groups: dict[str, GroupPlacement] = {
-            "tp": place_group(tp, 1, G),
-            "cp": place_group(cp, tp, G),
-            "dp_cp": place_group(dp * cp, tp, G),
-            "ep": place_group(ep, tp, G),
-            "edp": place_group(max(1, dp * cp // ep), tp * ep, G),
-            "pp": place_group(2 if plan.pp > 1 else 1, tp * cp * dp, G),
-        }
+        self.compute = compute or ComputePricer(gpu, self.profile, framework, tp_overlap_chunks(plan), plan.cp)
+        self.network = network or NetworkPricer(cluster, self.profile)
+        self.groups = group_placements(plan, cluster.gpus_per_node)
 
     def time(self, op: Op) -> float:
         if op.is_comm:
@@ -83,55 +107,82 @@ class Pricer:
         return self.compute.time(op)
 
 
+def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: bool = True) -> tuple[float, float]:
+    """Add the priced ``(op, repeat)`` pairs of one phase to ``st``: compute to fwd/bwd/recompute,
+    exposed TP and MoE communication to tp_s/ep_s (and each op's time to ``st.op_times`` if
+    ``record``). Returns (CP ring time, attention time) of the phase, for the caller to expose the
+    ring beyond the attention it hides behind."""
+    attn_time = 0.0
+    cp_time = 0.0
+    gemm_time = 0.0
+    for op, rep in ops:
+        t = pricer.time(op) * rep
+        if record:
+            st.op_times[f"{phase.value}:{op.name}"] = st.op_times.get(f"{phase.value}:{op.name}", 0.0) + t
+        if op.is_comm:
+            if op.group == "tp":
+                if op.overlappable:
+                    continue  # re-gather for wgrad runs under the dgrad GEMM
+                st.tp_s += t
+            elif op.group == "cp":
+                cp_time += t
+            elif op.group == "ep":
+                st.ep_s += t
+            continue
+        if op.kind == OpKind.ATTENTION or op.name.startswith("attn.qk") or op.name.startswith("attn.av"):
+            attn_time += t
+        if op.kind == OpKind.GEMM:
+            gemm_time += t
+        if phase == Phase.FWD:
+            st.fwd_s += t
+        elif phase == Phase.BWD:
+            st.bwd_s += t
+        else:
+            st.recompute_s += t
+    return cp_time, attn_time
+
+
+def exposed_cp(cp_time, attn_time):
+    """Ring attention hides the K/V exchange behind the attention of the chunk at hand."""
+    return maximum(0.0, cp_time - attn_time)
+
+
+def exposed_tp(tp_s, tp, overlap):
+    """Userbuffers split each GEMM into tp chunks: the first chunk's communication stays exposed."""
+    return where(logical_and(overlap, tp_s > 0), tp_s / tp, tp_s)
+
+
+def exposed_fsdp(fsdp, fwd_s, bwd_s, overlap):
+    """FSDP/ZeRO-3 gathers and reduce-scatters per micro-batch, prefetched under compute."""
+    hidden = where(overlap, fwd_s + bwd_s, 0.0)
+    return where(fsdp != 0, maximum(fsdp - hidden, fsdp * 0.05), 0.0)
+
+
+def step_bucket(kind: OpKind, collective: str = "") -> str:
+    """Which once-per-iteration time an op adds to: optimizer, param_gather or dp_sync."""
+    if kind == OpKind.OPTIMIZER:
+        return "optimizer"
+    return "param_gather" if collective == "all_gather" else "dp_sync"
+
+
 def _price_stage(sg: StageGraph, pricer: Pricer, graph: WorkloadGraph) -> StageTime:
     plan = graph.plan
     st = StageTime(sg.stage)
-    overlap_tp = bool(plan.overlap_tp_comm)
     for phase in (Phase.FWD, Phase.BWD, Phase.RECOMPUTE):
-        attn_time = 0.0
-        cp_time = 0.0
-        gemm_time = 0.0
-        for op, rep in sg.ops(phase):
-            t = pricer.time(op) * rep
-            st.op_times[f"{phase.value}:{op.name}"] = st.op_times.get(f"{phase.value}:{op.name}", 0.0) + t
-            if op.is_comm:
-                if op.group == "tp":
-                    if op.overlappable:
-                        continue  # re-gather for wgrad runs under the dgrad GEMM
-                    st.tp_s += t
-                elif op.group == "cp":
-                    cp_time += t
-                elif op.group == "ep":
-                    st.ep_s += t
-                continue
-            if op.kind == OpKind.ATTENTION or op.name.startswith("attn.qk") or op.name.startswith("attn.av"):
-                attn_time += t
-            if op.kind == OpKind.GEMM:
-                gemm_time += t
-            if phase == Phase.FWD:
-                st.fwd_s += t
-            elif phase == Phase.BWD:
-                st.bwd_s += t
-            else:
-                st.recompute_s += t
-        # ring attention hides the K/V exchange behind the attention of the chunk at hand
-        st.cp_s += max(0.0, cp_time - attn_time)
-    if overlap_tp and st.tp_s > 0:
-        # userbuffers split each GEMM into tp chunks: the first chunk's communication stays exposed
-        st.tp_s = st.tp_s / plan.tp
-    # FSDP/ZeRO-3: gathers and reduce-scatters per micro-batch, prefetched under compute
+        cp_time, attn_time = accumulate_ops(st, sg.ops(phase), phase, pricer)
+        st.cp_s += exposed_cp(cp_time, attn_time)
+    st.tp_s = exposed_tp(st.tp_s, plan.tp, bool(plan.overlap_tp_comm))
     fsdp = sum(pricer.time(op) for op in sg.microbatch_dp_ops)
-    if fsdp:
-        hidden = (st.fwd_s + st.bwd_s) if plan.overlap_param_gather else 0.0
-        st.fsdp_s = max(fsdp - hidden, fsdp * 0.05)
+    st.fsdp_s = exposed_fsdp(fsdp, st.fwd_s, st.bwd_s, bool(plan.overlap_param_gather))
     for op in sg.p2p:
         st.pp_s += pricer.time(op)
     for op in sg.step_ops:
         t = pricer.time(op)
         st.op_times[f"step:{op.name}"] = t
-        if op.kind == OpKind.OPTIMIZER:
+        bucket = step_bucket(op.kind, op.collective)
+        if bucket == "optimizer":
             st.optimizer_s += t
-        elif op.collective == "all_gather":
+        elif bucket == "param_gather":
             st.param_gather_s += t
         else:
             st.dp_sync_s += t
@@ -141,57 +192,86 @@ def _price_stage(sg: StageGraph, pricer: Pricer, graph: WorkloadGraph) -> StageT
 def estimate_step(graph: WorkloadGraph, profile: HardwareProfile | None = None) -> StepEstimate:
     plan = graph.plan
     pricer = Pricer(graph, profile)
-    memo: dict[int, StageTime] = {}
+    memo: dict[int, int] = {}         # stage graph -> index of its class
+    classes: list[StageTime] = []     # distinct stages, in order of their first stage
+    class_params: list[float] = []
+    stage_class: list[int] = []
     stages: list[StageTime] = []
     for sg in graph.stages:
         key = id(sg.blocks)
         if key not in memo:
-            memo[key] = _price_stage(sg, pricer, graph)
-        base = memo[key]
+            memo[key] = len(classes)
+            classes.append(_price_stage(sg, pricer, graph))
+            class_params.append(sg.params.total)
+        stage_class.append(memo[key])
+        base = classes[memo[key]]
         if base.stage != sg.stage:
             base = StageTime(**{**base.__dict__, "stage": sg.stage})
         stages.append(base)
-    m, p, v = graph.num_microbatches, plan.pp, plan.vpp
-    per_mb = [s.per_microbatch_s for s in stages]
-    crit = max(range(p), key=lambda i: per_mb[i])
-    cs = stages[crit]
-    mean = sum(per_mb) / p
+    breakdown, crit_class = compose_step(classes, stage_class, class_params, graph.num_microbatches, plan.pp,
+                                         plan.vpp, bool(plan.overlap_pp_comm), bool(plan.overlap_dp_comm),
+                                         bool(plan.overlap_param_gather))
+    total = sum(breakdown.values())
+    return StepEstimate(total, breakdown, stages, graph.num_microbatches, classes[crit_class].stage)
+
+
+def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
+                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool):
+    """The step of a pipeline from its priced stages: ``classes`` are the distinct stages (each a
+    StageTime, ``stage`` its first index, in order), ``stage_class[i]`` the class of stage i.
+    Returns (breakdown, index of the critical class). Works on floats (predict) and on arrays of
+    many plans sharing a layout (search), with the same arithmetic."""
+    per_mb = [c.per_microbatch_s for c in classes]
+    # the slowest stage sets the pace; the first of equals (max() would pick the same)
+    crit = 0
+    best = per_mb[0]
+    for k in range(1, len(classes)):
+        better = per_mb[k] > best
+        best = where(better, per_mb[k], best)
+        crit = where(better, k, crit)
+    total = 0
+    for i in range(p):
+        total = total + per_mb[stage_class[i]]
+    mean = total / p
     bubble = (p - 1) / v * mean
+
+    def cs(field: str):
+        return pick(crit, [getattr(c, field) for c in classes])
+
     # pipeline p2p: hidden in the steady state when overlapped, but on the critical path of fill
     # and drain; fully exposed otherwise
-    p2p = cs.pp_s
-    pp_comm = (2 * (p - 1) * p2p / (2 * v) if plan.overlap_pp_comm else m * p2p) if p > 1 else 0.0
+    p2p = cs("pp_s")
+    pp_comm = (2 * (p - 1) * p2p / (2 * v) if overlap_pp else m * p2p) if p > 1 else 0.0
 
-    # DP: reductions of the stage that finishes last (stage 0 in 1F1B) overlap its last backward
+    # DP: reductions of the stage that finishes last (stage 0 in 1F1B) overlap its last backward;
+    # a later stage of a class finishes earlier still, so each class's first stage exposes the most
     dp_exposed = 0.0
     opt = 0.0
-    for s in stages:
-        params = graph.stages[s.stage].params.total
-        last_bucket = min(1.0, _BUCKET_ELEMENTS / max(params, 1.0))
-        if plan.overlap_dp_comm:
+    for s, params in zip(classes, class_params):
+        last_bucket = minimum(1.0, _BUCKET_ELEMENTS / maximum(params, 1.0))
+        if overlap_dp:
             window = (s.bwd_s + s.recompute_s) * (1 + (v - 1) / v)  # later chunks finish their backward earlier
             # stages other than the first finish early: the drain of the pipeline hides their sync
             window += (s.stage) * mean / v
-            grad = max(s.dp_sync_s - window, s.dp_sync_s * last_bucket)
+            grad = maximum(s.dp_sync_s - window, s.dp_sync_s * last_bucket)
         else:
             grad = s.dp_sync_s
-        if plan.overlap_param_gather:
-            gather = max(s.param_gather_s - s.fwd_s, s.param_gather_s * last_bucket)
+        if overlap_param_gather:
+            gather = maximum(s.param_gather_s - s.fwd_s, s.param_gather_s * last_bucket)
         else:
             gather = s.param_gather_s
-        dp_exposed = max(dp_exposed, grad + gather)
-        opt = max(opt, s.optimizer_s)
+        dp_exposed = maximum(dp_exposed, grad + gather)
+        opt = maximum(opt, s.optimizer_s)
     breakdown = {
-        "compute": m * (cs.fwd_s + cs.bwd_s),
-        "recompute": m * cs.recompute_s,
-        "tp_comm": m * cs.tp_s,
-        "cp_comm": m * cs.cp_s,
-        "ep_comm": m * cs.ep_s,
+        "compute": m * (cs("fwd_s") + cs("bwd_s")),
+        "recompute": m * cs("recompute_s"),
+        "tp_comm": m * cs("tp_s"),
+        "cp_comm": m * cs("cp_s"),
+        "ep_comm": m * cs("ep_s"),
         "pp_comm": pp_comm,
-        "dp_comm": dp_exposed + m * cs.fsdp_s,
+        "dp_comm": dp_exposed + m * cs("fsdp_s"),
         "bubble": bubble,
         "optimizer": opt,
         "other": 0.0,
     }
-    total = sum(breakdown.values())
-    return StepEstimate(total, breakdown, stages, m, crit)
+    return breakdown, crit

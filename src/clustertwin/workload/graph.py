@@ -131,6 +131,43 @@ def _layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[fl
     return attn + norms + model.dense_mlp_params / t, 0.0
 
 
+def stage_layers(split: list[int], p: int, v: int) -> list[tuple[list[int], list[int]]]:
+    """(virtual chunks, layer indices) of each pipeline stage, in model order: chunk j of stage i is
+    global chunk j*p + i."""
+    starts = [0]
+    for n in split:
+        starts.append(starts[-1] + n)
+    out = []
+    for i in range(p):
+        chunks = [j * p + i for j in range(v)]
+        out.append((chunks, [li for c in chunks for li in range(starts[c], starts[c + 1])]))
+    return out
+
+
+def stage_params(model: ModelSpec, plan: Plan, layer_ids: list[int], first: bool, last: bool) -> StageParams:
+    """Parameters one rank of a stage holds: its layers, the embedding on the first stage, the head
+    (untied, or tied across a pipeline) and the final norm on the last."""
+    dense_p = expert_p = emb_p = 0.0
+    for li in layer_ids:
+        d, e = _layer_params_per_rank(model, li, plan)
+        dense_p += d
+        expert_p += e
+    if first:
+        emb_p += model.vocab_size * model.hidden_size / plan.tp
+        if model.positions == "learned":
+            emb_p += model.max_seq_len * model.hidden_size
+    if last:
+        if not model.tied_embeddings or plan.pp > 1:
+            emb_p += model.vocab_size * model.hidden_size / plan.tp
+        dense_p += model.norm_params
+    return StageParams(dense_p, expert_p, emb_p)
+
+
+def pipeline_message_bytes(ctx: LayerContext, model: ModelSpec) -> float:
+    """Activations (or their gradients) one stage sends the next per micro-batch and chunk boundary."""
+    return ctx.tokens * model.hidden_size * ctx.act_bytes / (ctx.tp if ctx.tp > 1 else 1)
+
+
 def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = None) -> WorkloadGraph:
     fw = get_framework(framework or job.framework) if not isinstance(framework, FrameworkProfile) else framework
     model, plan = job.model, resolve_overlaps(job.plan, fw)
@@ -142,18 +179,11 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
     moe_f, moe_b, moe_core = layer_ops(ctx, True) if model.is_moe else ((), (), ())
     emb_f, emb_b = embedding_ops(ctx, model.vocab_size, model.positions == "learned")
     head_f, head_b = head_ops(ctx, model.vocab_size, fw.fused_cross_entropy)
-    act = ctx.act_bytes
-    p2p_bytes = ctx.tokens * model.hidden_size * act / (ctx.tp if ctx.tp > 1 else 1)
+    p2p_bytes = pipeline_message_bytes(ctx, model)
 
-    # layer indices per virtual chunk, in model order: chunk j of stage i is global chunk j*p + i
-    starts = [0]
-    for n in split:
-        starts.append(starts[-1] + n)
     stages = []
     memo: dict[tuple, StageGraph] = {}
-    for i in range(p):
-        chunks = [j * p + i for j in range(v)]
-        layer_ids = [li for c in chunks for li in range(starts[c], starts[c + 1])]
+    for i, (chunks, layer_ids) in enumerate(stage_layers(split, p, v)):
         n_moe = sum(model.is_moe_layer(li) for li in layer_ids)
         n_dense = len(layer_ids) - n_moe
         first, last = i == 0, i == p - 1
@@ -164,26 +194,15 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
                                      base.microbatch_dp_ops, base.params, n_dense, n_moe))
             continue
         blocks = []
-        dense_p = expert_p = emb_p = 0.0
-        for li in layer_ids:
-            d, e = _layer_params_per_rank(model, li, plan)
-            dense_p += d
-            expert_p += e
         if first:
             blocks.append(Block("embedding", emb_f, emb_b, (), 1))
-            emb_p += model.vocab_size * model.hidden_size / plan.tp
-            if model.positions == "learned":
-                emb_p += model.max_seq_len * model.hidden_size
         if n_dense:
             blocks.append(Block("layer", dense_f, dense_b, _recompute_ops(plan.recompute, dense_f, dense_core), n_dense))
         if n_moe:
             blocks.append(Block("moe_layer", moe_f, moe_b, _recompute_ops(plan.recompute, moe_f, moe_core), n_moe))
         if last:
             blocks.append(Block("head", head_f, head_b, (), 1))
-            if not model.tied_embeddings or p > 1:
-                emb_p += model.vocab_size * model.hidden_size / plan.tp
-            dense_p += model.norm_params
-        params = StageParams(dense_p, expert_p, emb_p)
+        params = stage_params(model, plan, layer_ids, first, last)
         # pipeline p2p: each chunk boundary sends activations forward and gradients backward
         p2p: tuple[Op, ...] = ()
         if p > 1:  # one activation send (forward) and one gradient send (backward) per chunk
@@ -210,21 +229,36 @@ def _dp_ops(model: ModelSpec, plan: Plan, fw: FrameworkProfile, params: StagePar
     for group, n, size in groups:
         if n <= 0 or size <= 1:
             continue
-        if plan.zero_stage == 0:
-            step.append(collective(f"dp.grad_allreduce.{group}", "all_reduce", group, n * gb, Phase.STEP, True, "step"))
-        elif plan.zero_stage in (1, 2):
-            step.append(collective(f"dp.grad_reduce_scatter.{group}", "reduce_scatter", group, n * gb, Phase.STEP, True, "step"))
-            step.append(collective(f"dp.param_all_gather.{group}", "all_gather", group, n * pb, Phase.STEP, True, "step"))
-        else:  # ZeRO-3 / FSDP: gather weights for forward and backward, reduce-scatter grads, per micro-batch
-            per_mb.append(collective(f"fsdp.param_all_gather.fwd.{group}", "all_gather", group, n * pb, Phase.FWD, True, "step"))
-            per_mb.append(collective(f"fsdp.param_all_gather.bwd.{group}", "all_gather", group, n * pb, Phase.BWD, True, "step"))
-            per_mb.append(collective(f"fsdp.grad_reduce_scatter.{group}", "reduce_scatter", group, n * gb, Phase.BWD, True, "step"))
-    # optimizer: Adam over this rank's shard (fp32 master, m, v; read grad; write 16-bit weights),
-    # plus the gradient-norm pass for clipping and zeroing the gradient buffer
-    shard_dense = dense / (dp_cp if plan.zero_stage >= 1 else 1)
-    shard_expert = expert / (edp if plan.zero_stage >= 1 else 1)
-    shard = shard_dense + shard_expert
-    grad_buffer = (dense + expert) if plan.zero_stage < 2 else shard
-    adam_bytes = shard * (4 + 8 + 8 + 8 + pb) + shard * 4 + grad_buffer * 4
+        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage):
+            nbytes = n * (gb if elem == "grad" else pb)
+            (per_mb if per_microbatch else step).append(
+                collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
+    shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb)
     step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
     return tuple(step), tuple(per_mb)
+
+
+def dp_collectives(zero_stage: int) -> tuple[tuple[str, str, Phase, bool, str], ...]:
+    """The data-parallel collectives of a ZeRO stage, per parameter group: (name, kind, phase, once per
+    micro-batch?, element: "grad" (reduced in the framework's gradient dtype) or "param" (16-bit))."""
+    if zero_stage == 0:
+        return (("dp.grad_allreduce", "all_reduce", Phase.STEP, False, "grad"),)
+    if zero_stage in (1, 2):
+        return (("dp.grad_reduce_scatter", "reduce_scatter", Phase.STEP, False, "grad"),
+                ("dp.param_all_gather", "all_gather", Phase.STEP, False, "param"))
+    # ZeRO-3 / FSDP: gather weights for forward and backward, reduce-scatter grads, per micro-batch
+    return (("fsdp.param_all_gather.fwd", "all_gather", Phase.FWD, True, "param"),
+            ("fsdp.param_all_gather.bwd", "all_gather", Phase.BWD, True, "param"),
+            ("fsdp.grad_reduce_scatter", "reduce_scatter", Phase.BWD, True, "grad"))
+
+
+def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: int):
+    """(parameters in this rank's optimizer shard, bytes the optimizer step moves): Adam over the shard
+    (fp32 master, m, v; read grad; write 16-bit weights), plus the gradient-norm pass for clipping and
+    zeroing the gradient buffer. Floats, or arrays of many ranks."""
+    shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
+    shard_expert = expert / (edp if zero_stage >= 1 else 1)
+    shard = shard_dense + shard_expert
+    grad_buffer = (dense + expert) if zero_stage < 2 else shard
+    adam_bytes = shard * (4 + 8 + 8 + 8 + param_bytes) + shard * 4 + grad_buffer * 4
+    return shard, adam_bytes

@@ -1,0 +1,186 @@
+"""Recovery model: checkpoint size from the plan, save and load times, and the restart after a failure.
+
+Checkpoint contents: the 16-bit weights and the optimizer state (fp32 master weights, Adam m and v)
+of every parameter once: 2 + 12 bytes per parameter in mixed precision with the master copy in the
+optimizer (Megatron, DeepSpeed), 4 + 8 with fp32 weights (PyTorch AMP, FSDP2). Gradients are not
+saved. The per-rank shard comes from the workload graph (``StageParams`` of each stage): dense
+parameters are replicated over dp x cp, routed experts over (dp x cp) / ep.
+
+Who writes:
+- ``all`` (default; torch.distributed.checkpoint, Megatron-Core ``torch_dist`` with fully parallel
+  save): replicated state is split across its replicas, so every GPU writes total / num_gpus.
+- ``dp-rank-0`` (Megatron's legacy ``torch`` format): the ranks of data-parallel replica 0 write their
+  whole (tp, pp) shard, the distributed optimizer's state gathered onto them first; the nodes of that
+  replica carry the whole checkpoint.
+
+Modes:
+- ``sync``: training stops until the checkpoint is on storage (Young/Daly's classical model).
+- ``async``: training stops only to copy the shard to host memory over PCIe; the write to storage
+  runs in the background and the checkpoint counts only once it is durable (PyTorch DCP async save:
+  7B checkpoint downtime from 148.8 s to 6.3 s, PyTorch blog 2024-06-12).
+- ``in-memory``: GEMINI-style (Wang et al., SOSP'23): the host-memory copy is replicated to a peer
+  node over the backend network; recovery reads it back from the peer instead of storage.
+
+Restart after an unplanned failure = detection + rescheduling (only when a node must be replaced;
+a hot spare makes it a swap) + initialisation + checkpoint load + warm-up steps.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import Field
+
+from ..specs.model import Frozen
+
+CheckpointMode = Literal["sync", "async", "in-memory"]
+Writers = Literal["all", "dp-rank-0"]
+
+
+class CheckpointConfig(Frozen):
+    mode: CheckpointMode = "sync"
+    writers: Writers = "all"
+    # Llama 3 (arXiv 2407.21783) sec. 3.3.1: the Tectonic storage fabric "supports a sustainable
+    # throughput of 2 TB/s and a peak throughput of 7 TB/s"; checkpoints are bursts, the sustained figure is used.
+    storage_write_bandwidth_bytes_per_s: float = Field(2e12, gt=0)
+    storage_read_bandwidth_bytes_per_s: float = Field(2e12, gt=0)
+    # DGX H100 datasheet: two dual-port ConnectX-7 (400 Gb/s) for storage and in-band management; one
+    # card's 400 Gb/s = 50 GB/s per node towards storage.
+    node_storage_bandwidth_bytes_per_s: float = Field(50e9, gt=0)
+    # restart, seconds
+    # MegaScale (arXiv 2402.15627) sec. 6.3: detection plus diagnostic tests take "less than 10 minutes";
+    # Kokolis et al. 2025 run health checks every 5 minutes. Detection 5 min; diagnosis and replacing the
+    # node the other 5 min.
+    detection_s: float = Field(300.0, ge=0)
+    reschedule_s: float = Field(300.0, ge=0)
+    # ASSUMPTION: swapping in an idle, health-checked hot spare takes a minute (no diagnosis wait).
+    spare_swap_s: float = Field(60.0, ge=0)
+    # MegaScale sec. 3.5 (initialisation): under 30 s on more than 10,000 GPUs after their optimisations
+    # (stock Megatron-LM: ~1,047 s on 2,048 GPUs).
+    init_s: float = Field(30.0, ge=0)
+    # ASSUMPTION: the first two steps after a restart are lost to warm-up (allocator, NCCL channels).
+    warmup_steps: float = Field(2.0, ge=0)
+    hot_spares: int = Field(0, ge=0, le=1_000_000, description="idle nodes kept ready to replace a failed one")
+    # ASSUMPTION: a failed node is repaired or replaced in the spare pool within a day.
+    repair_s: float = Field(86400.0, gt=0)
+
+
+@dataclass(frozen=True)
+class CheckpointCosts:
+    bytes_total: float            # one checkpoint, all shards
+    bytes_per_gpu_max: float      # the largest shard one GPU writes
+    bytes_per_node_max: float     # the most a single node writes
+    save_s: float                 # time to make one checkpoint durable on storage (or on the peer)
+    blocking_s: float             # training stall per checkpoint (C in Young/Daly)
+    persist_s: float              # background time after the stall until it is durable (0 for sync)
+    load_s: float                 # reading it back after a failure
+    mode: str
+    writers: str
+
+
+def state_bytes_per_param(prediction) -> float:
+    """Bytes of checkpoint per parameter: weights + optimizer state, as the memory model holds them."""
+    from ..cost.framework import get_framework
+    fw = get_framework(prediction.job.framework)
+    fp32 = prediction.graph.plan.precision == "fp32"
+    if fw.master_in_optimizer and not fp32:
+        return 2.0 + 12.0   # bf16/fp16 weights + fp32 master, Adam m, v
+    return 4.0 + 8.0        # fp32 weights + Adam m, v
+
+
+def checkpoint_costs(prediction, config: CheckpointConfig) -> CheckpointCosts:
+    """Sizes and times of one checkpoint of ``prediction``'s plan."""
+    job, graph = prediction.job, prediction.graph
+    plan, cluster = graph.plan, job.cluster
+    b = state_bytes_per_param(prediction)
+    dp_cp = (plan.dp or 1) * plan.cp
+    etp = plan.etp or 1                       # as the workload graph shards experts (StageParams.expert)
+    # ranks of a stage holding the same expert shard: tp x dp x cp ranks over ep x etp distinct shards
+    expert_replicas = max(1.0, plan.tp * dp_cp / (plan.ep * etp))
+    g = cluster.gpus_per_node
+    total = 0.0
+    per_gpu_max = 0.0
+    per_node_max = 0.0
+    for sg in graph.stages:
+        dense = sg.params.dense + sg.params.embedding
+        expert = sg.params.expert
+        total += (plan.tp * dense + plan.ep * etp * expert) * b
+        if config.writers == "all":
+            shard = (dense / dp_cp + expert / expert_replicas) * b
+            per_gpu_max = max(per_gpu_max, shard)
+            per_node_max = max(per_node_max, shard * min(g, cluster.num_gpus))
+        else:
+            # replica 0 of each (tp, pp) rank writes its whole shard; its tp ranks share a node
+            shard = (dense + expert) * b
+            per_gpu_max = max(per_gpu_max, shard)
+            per_node_max = max(per_node_max, shard * min(g, plan.tp * plan.cp))
+    cfg = config
+    to_storage = max(total / cfg.storage_write_bandwidth_bytes_per_s,
+                     per_node_max / cfg.node_storage_bandwidth_bytes_per_s)
+    from_storage = max(total / cfg.storage_read_bandwidth_bytes_per_s,
+                       per_node_max / cfg.node_storage_bandwidth_bytes_per_s)
+    pcie = cluster.gpu.pcie_bandwidth_bytes_per_s
+    nic_per_gpu = cluster.node.nic_bandwidth_per_gpu
+    snapshot = per_gpu_max / pcie
+    if cfg.mode == "sync":
+        blocking, persist, save, load = to_storage, 0.0, to_storage, from_storage
+    elif cfg.mode == "async":
+        blocking, persist = snapshot, to_storage
+        save, load = snapshot + to_storage, from_storage
+    else:  # in-memory: replicate the host copy to one peer node over the backend network
+        peer = per_node_max / (nic_per_gpu * min(g, cluster.num_gpus))
+        blocking, persist = snapshot, peer
+        save, load = snapshot + peer, peer + snapshot
+    return CheckpointCosts(bytes_total=total, bytes_per_gpu_max=per_gpu_max, bytes_per_node_max=per_node_max,
+                           save_s=save, blocking_s=blocking, persist_s=persist, load_s=load,
+                           mode=cfg.mode, writers=cfg.writers)
+
+
+@dataclass(frozen=True)
+class RestartModel:
+    """Restart time after an unplanned failure as a discrete distribution (values_s, probabilities)."""
+
+    values_s: tuple[float, ...]
+    probs: tuple[float, ...]
+    planned_s: float                      # after a planned interruption (no detection, no rescheduling)
+    spare_available: float                # probability a hot spare is free when a node must be replaced
+    replace_share: float                  # share of failures that need a node replaced
+
+    @property
+    def mean_s(self) -> float:
+        return sum(v * p for v, p in zip(self.values_s, self.probs))
+
+
+def poisson_cdf_below(k: int, mean: float) -> float:
+    """P(Poisson(mean) < k)."""
+    if k <= 0:
+        return 0.0
+    if mean <= 0:
+        return 1.0
+    term = math.exp(-mean)
+    acc = term
+    for i in range(1, k):
+        term *= mean / i
+        acc += term
+        if acc >= 1.0:
+            return 1.0
+    return min(1.0, acc)
+
+
+def restart_model(config: CheckpointConfig, costs: CheckpointCosts, step_time_s: float,
+                  replace_rate_per_s: float, total_rate_per_s: float) -> RestartModel:
+    """Restart time: detection + (rescheduling | spare swap | nothing) + init + load + warm-up.
+
+    Hardware failures (``replace_rate_per_s``) need their node replaced: with ``hot_spares`` idle nodes
+    and failed nodes back after ``repair_s``, the number under repair is Poisson with mean
+    rate x repair time (an M/G/inf queue), so a spare is free with probability P(Poisson < spares)."""
+    common = config.detection_s + config.init_s + costs.load_s + config.warmup_steps * step_time_s
+    share = replace_rate_per_s / total_rate_per_s if total_rate_per_s > 0 else 0.0
+    p_spare = poisson_cdf_below(config.hot_spares, replace_rate_per_s * config.repair_s)
+    values = (common, common + config.spare_swap_s, common + config.reschedule_s)
+    probs = (1.0 - share, share * p_spare, share * (1.0 - p_spare))
+    planned = config.init_s + costs.load_s + config.warmup_steps * step_time_s
+    kept = [(v, p) for v, p in zip(values, probs) if p > 0]
+    return RestartModel(values_s=tuple(v for v, _ in kept), probs=tuple(p for _, p in kept), planned_s=planned,
+                        spare_available=p_spare, replace_share=share)

@@ -1,0 +1,335 @@
+"""Search: enumerate the plans of a job, price them all, rank them, say what limits the best, and
+show the trade-off between step time and the GPUs (or money) spent.
+
+>>> from clustertwin.search import search
+>>> r = search("gpt3-1.3b", gpu="a100-80gb", num_gpus=16, global_batch=64, seq_len=2048, top=3, pareto_points=1)
+>>> len(r.plans), r.plans[0].prediction.fits, r.evaluated == r.feasible + sum(r.pruned.values())
+(3, True, True)
+
+Objectives: ``time`` ranks by step time; ``cost`` by the expected cost of the run (time to train
+x GPUs x price per GPU-hour; per step without ``tokens``) over every GPU count of the Pareto view,
+so the cheapest plan may use fewer GPUs than offered; ``goodput`` by the expected time to train
+from ``clustertwin.reliability`` (failures, checkpoints, restarts), for which ``tokens`` is needed.
+Cost and goodput re-rank a shortlist of the fastest plans (``shortlist`` per GPU count): a plan
+outside it would have to lose more to failures than its step time gains.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..catalog import load_model
+from ..errors import PlanError, SpecError
+from ..predict import Prediction, predict_job, resolve_cluster
+from ..specs import ClusterSpec, ModelSpec, make_job
+from .evaluate import Candidate, Evaluator
+from .space import PRUNE_REASONS, SearchSpace, make_space
+
+OBJECTIVES = ("time", "cost", "goodput")
+SECONDS_PER_HOUR = 3600.0
+# relative disagreement between the batch evaluation and predict_job that would be a bug
+_AGREEMENT = 1e-6
+
+
+@dataclass
+class RankedPlan:
+    rank: int
+    prediction: Prediction
+    bottleneck: str
+    cost_usd: float | None = None
+    time_to_train_s: float | None = None      # expected (goodput) or steps x step time
+    goodput: float | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.prediction.job.cluster.num_gpus
+
+    def to_json(self) -> dict[str, Any]:
+        p = self.prediction
+        mem = {k: float(v) for k, v in p.memory.breakdown_bytes.items()}
+        mem["total"] = float(p.memory.total_bytes)
+        d: dict[str, Any] = {
+            "rank": self.rank, "plan": p.graph.plan.model_dump(), "plan_text": plan_text(p), "num_gpus": self.num_gpus,
+            "step_time_s": p.step_time_s, "mfu": p.mfu, "tflops_per_gpu": p.tflops_per_gpu,
+            "tokens_per_s": p.tokens_per_s, "memory_per_gpu_bytes": mem, "hbm_bytes": float(p.memory.capacity_bytes),
+            "breakdown_s": dict(p.breakdown_s), "bottleneck": self.bottleneck,
+        }
+        for k in ("cost_usd", "time_to_train_s", "goodput"):
+            if getattr(self, k) is not None:
+                d[k] = getattr(self, k)
+        return d
+
+
+@dataclass
+class ParetoPoint:
+    num_gpus: int
+    plan: RankedPlan | None        # the fastest plan at this size (None: nothing fits)
+    evaluated: int
+    feasible: int
+    elapsed_s: float
+    on_front: bool = False
+
+    @property
+    def gpu_hours_per_step(self) -> float | None:
+        return None if self.plan is None else self.plan.prediction.step_time_s * self.num_gpus / SECONDS_PER_HOUR
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"num_gpus": self.num_gpus, "evaluated": self.evaluated, "feasible": self.feasible,
+                             "elapsed_s": self.elapsed_s, "on_front": self.on_front}
+        if self.plan is not None:
+            p = self.plan.prediction
+            d.update(plan_text=plan_text(p), step_time_s=p.step_time_s, mfu=p.mfu,
+                     gpu_hours_per_step=self.gpu_hours_per_step)
+            for k in ("cost_usd", "time_to_train_s"):
+                if getattr(self.plan, k) is not None:
+                    d[k] = getattr(self.plan, k)
+        return d
+
+
+@dataclass
+class SearchResult:
+    space: SearchSpace
+    objective: str
+    evaluated: int
+    feasible: int
+    pruned: dict[str, int]
+    elapsed_s: float
+    plans: list[RankedPlan]
+    pareto: list[ParetoPoint] = field(default_factory=list)
+    shape_classes: int = 0
+    tokens: float | None = None
+    gpu_hour_price: float | None = None
+    cost_basis: str | None = None
+
+    @property
+    def plans_per_s(self) -> float:
+        return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else float("inf")
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.space
+        return {
+            "schema": 1, "objective": self.objective, "evaluated": self.evaluated, "feasible": self.feasible,
+            "pruned": dict(self.pruned), "elapsed_s": self.elapsed_s, "shape_classes": self.shape_classes,
+            "plans": [p.to_json() for p in self.plans],
+            "pareto": [p.to_json() for p in self.pareto],
+            "inputs": {"model": s.model.name, "cluster": s.cluster.name, "gpu": s.cluster.gpu.name,
+                       "num_gpus": s.num_gpus, "global_batch": s.global_batch, "seq_len": s.seq_len,
+                       "precision": s.precision, "framework": s.framework, "fixed": dict(s.fixed),
+                       "max_memory_fraction": s.max_memory_fraction, "tokens": self.tokens,
+                       "gpu_hour_price": self.gpu_hour_price, "cost_basis": self.cost_basis},
+        }
+
+
+def plan_text(p: Prediction) -> str:
+    """The plan in --plan syntax, overlaps included (they are searched too)."""
+    plan = p.graph.plan
+    flags = [name for name, on in (("dp", plan.overlap_dp_comm), ("pg", plan.overlap_param_gather),
+                                   ("tp", plan.overlap_tp_comm), ("pp", plan.overlap_pp_comm)) if on]
+    return plan.short() + (",ovl=" + "+".join(flags) if flags else "")
+
+
+# ---- what limits a plan -------------------------------------------------------------------------
+def bottleneck(p: Prediction) -> str:
+    """What dominates a plan's step beyond its compute, and what would relieve it, in words."""
+    b, total = p.breakdown_s, p.step_time_s
+    plan = p.graph.plan
+    share = {k: v / total for k, v in b.items()}
+    mem_share = p.memory.total_bytes / p.memory.capacity_bytes
+    g = p.job.cluster.gpus_per_node
+    overheads = {k: v for k, v in share.items() if k != "compute"}
+    worst = max(overheads, key=lambda k: overheads[k])
+    x = f"{overheads[worst] * 100:.0f}%"
+    m = p.graph.num_microbatches
+    if overheads[worst] < 0.05:
+        text = (f"compute-bound: {share['compute'] * 100:.0f}% of the step computing, at {p.mfu * 100:.0f}% MFU; "
+                + ("relieve with FP8, " if plan.precision in ("bf16", "fp16") else "relieve with ")
+                + "larger GEMMs (a larger micro-batch or smaller tp) or more GPUs")
+    elif worst == "bubble":
+        text = (f"pipeline bubble {x} (pp={plan.pp}, vpp={plan.vpp}, {m} micro-batches); relieve with more "
+                "micro-batches (smaller micro-batch or larger global batch), more interleaving or fewer stages")
+    elif worst == "tp_comm":
+        where = "across nodes" if plan.tp > g else "in a node"
+        text = (f"TP communication {x} (tp={plan.tp} {where}); relieve with a smaller tp, "
+                + ("TP within a node, " if plan.tp > g else "")
+                + ("TP overlap" if not plan.overlap_tp_comm else "sequence parallelism or larger GEMMs"))
+    elif worst == "recompute":
+        text = (f"recomputation {x} ({plan.recompute}); relieve with "
+                + ("selective instead of full recomputation, " if plan.recompute == "full" else "no recomputation, ")
+                + "paid for in memory: a higher ZeRO stage or more pipeline stages free it")
+    elif worst == "dp_comm":
+        text = (f"data-parallel communication {x} (dp={plan.dp}, ZeRO-{plan.zero_stage}); relieve with "
+                + ("overlap of the gradient reduction, " if not plan.overlap_dp_comm and plan.zero_stage < 3 else "")
+                + ("ZeRO-1/2 instead of ZeRO-3, " if plan.zero_stage == 3 else "")
+                + "fewer DP ranks (more tp or pp) or more micro-batches to hide it behind")
+    elif worst == "pp_comm":
+        text = (f"pipeline transfers {x} (pp={plan.pp}); relieve with "
+                + ("overlapped send/recv, " if not plan.overlap_pp_comm else "") + "fewer stages or less interleaving")
+    elif worst == "cp_comm":
+        text = f"context-parallel K/V exchange {x} not hidden by attention (cp={plan.cp}); relieve with a smaller cp"
+    elif worst == "ep_comm":
+        text = (f"MoE all-to-all {x} (ep={plan.ep}); relieve with a smaller ep, experts within a node, "
+                "or more tokens per expert")
+    elif worst == "optimizer":
+        text = f"optimizer step {x}; relieve by sharding it (ZeRO-1 or higher, more DP ranks)"
+    else:
+        text = f"{worst} {x}"
+    if mem_share > 0.9:
+        text += f"; memory {mem_share * 100:.0f}% full, so relief that needs more memory is out"
+    return text
+
+
+# ---- the search ---------------------------------------------------------------------------------
+def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: int | None = None,
+           cluster: str | ClusterSpec | None = None, gpus_per_node: int | None = None, global_batch: int,
+           seq_len: int | None = None, precision: str = "bf16", framework: str = "megatron",
+           fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10, objective: str = "time",
+           tokens: float | None = None, gpu_hour_price: float | None = None, pareto_points: int = 3,
+           shortlist: int = 50, goodput_options: dict | None = None) -> SearchResult:
+    """The best plans for a model on a cluster at a global batch and sequence length."""
+    t0 = time.perf_counter()
+    if objective not in OBJECTIVES:
+        raise SpecError("objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
+    if not isinstance(top, int) or top < 1:
+        raise SpecError("top", f"{top!r} must be a positive number of plans", "e.g. --top 10")
+    if not isinstance(pareto_points, int) or pareto_points < 1:
+        raise SpecError("pareto_points", f"{pareto_points!r} must be at least 1", "1 searches only the GPU count given")
+    if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
+        raise SpecError("tokens", f"{tokens!r} must be a positive number of tokens", 'e.g. --tokens 15T')
+    if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and gpu_hour_price > 0):
+        raise SpecError("gpu_hour_price", f"{gpu_hour_price!r} must be a positive price", "e.g. --gpu-hour-price 2.5")
+    if objective == "cost" and gpu_hour_price is None:
+        raise SpecError("gpu_hour_price", "the cost objective needs a price per GPU-hour",
+                        "give --gpu-hour-price in USD (your contract's or a cloud list price)")
+    estimate_goodput = None
+    if objective == "goodput" or (objective == "cost" and tokens is not None):
+        if objective == "goodput" and tokens is None:
+            raise SpecError("tokens", "the goodput objective needs the tokens to train", "give --tokens, e.g. 15T")
+        estimate_goodput = _goodput_function(required=objective == "goodput")
+    m = load_model(model)
+    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+    space = make_space(m, c, global_batch, seq_len or min(m.max_seq_len, 8192), precision=precision,
+                       framework=framework, fix=fix, max_memory_fraction=max_memory_fraction)
+    evaluator = Evaluator(space)
+    keep = max(top, shortlist) if objective != "time" else top
+
+    structures, pruned, evaluated = space.structures()
+    ev = evaluator.run(structures, keep)
+    pruned = {**pruned, "memory": ev.memory_pruned} if ev.memory_pruned else pruned
+    main = _rank(space, ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
+    t_main = time.perf_counter() - t0
+
+    pareto = [ParetoPoint(space.num_gpus, main[0] if main else None, evaluated, ev.feasible, t_main)]
+    pool = list(main)
+    for n in _smaller_sizes(space, pareto_points):
+        t1 = time.perf_counter()
+        sub = _resized(space, n)
+        try:
+            s_structs, _, s_eval = sub.structures()
+        except PlanError:
+            continue
+        s_ev = evaluator.run(s_structs, keep if objective == "cost" else 1, sub)
+        ranked = _rank(sub, s_ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
+        pareto.append(ParetoPoint(n, ranked[0] if ranked else None, s_eval, s_ev.feasible, time.perf_counter() - t1))
+        if objective == "cost":
+            pool += ranked
+    _mark_front(pareto)
+
+    if not main and objective != "cost":
+        if not ev.memory_pruned:
+            why = ", ".join(PRUNE_REASONS[k] for k, _ in sorted(pruned.items(), key=lambda kv: -kv[1])[:3])
+            raise PlanError("plan", f"no plan of {m.name} divides {c.num_gpus} x {c.gpu.name} at global batch "
+                            f"{global_batch} (of {evaluated:,} candidates; most: {why})",
+                            "give a GPU count and global batch with more divisors (powers of two split best)")
+        raise PlanError("plan", f"no plan of {m.name} fits on {c.num_gpus} x {c.gpu.name} at global batch "
+                        f"{global_batch} (of {evaluated:,} candidates, {ev.memory_pruned:,} did not fit in memory)",
+                        "give more GPUs, a larger --max-memory-fraction, or another global batch")
+    plans = _order(pool if objective == "cost" else main, objective)[:top]
+    if not plans:
+        raise PlanError("plan", f"no plan of {m.name} fits on up to {c.num_gpus} x {c.gpu.name}",
+                        "give more GPUs or another global batch")
+    for i, p in enumerate(plans, 1):
+        p.rank = i
+    basis = None
+    if gpu_hour_price is not None or tokens is not None:
+        basis = ("expected_time_to_train" if estimate_goodput and tokens else
+                 "steps_x_step_time" if tokens else "per_step")
+    return SearchResult(space, objective, evaluated, ev.feasible, pruned, time.perf_counter() - t0, plans, pareto,
+                        ev.shape_classes, tokens, gpu_hour_price, basis)
+
+
+def _goodput_function(required: bool):
+    try:
+        from ..reliability import estimate_goodput  # written alongside; imported only when asked for
+    except ImportError:
+        if required:
+            raise SpecError("objective", "goodput needs clustertwin.reliability, which this installation lacks",
+                            "use --objective time or cost") from None
+        return None
+    return estimate_goodput
+
+
+def _rank(space: SearchSpace, candidates: list[Candidate], estimate_goodput, tokens, price,
+          options: dict | None) -> list[RankedPlan]:
+    """Predict the candidates exactly (the reported numbers are predict's), with cost and goodput."""
+    out = []
+    for cand in candidates:
+        job = make_job(space.model, space.cluster, cand.plan(space), space.seq_len, space.framework, tokens)
+        pred = predict_job(job)
+        if abs(pred.step_time_s - cand.step_time_s) > _AGREEMENT * pred.step_time_s:
+            raise RuntimeError(f"search and predict disagree on {pred.graph.plan.short()}: "
+                               f"{cand.step_time_s} s vs {pred.step_time_s} s")
+        rp = RankedPlan(0, pred, bottleneck(pred))
+        if tokens is not None:
+            if estimate_goodput is not None:
+                est = estimate_goodput(pred, tokens, **(options or {}))
+                rp.time_to_train_s, rp.goodput = est.expected_time_to_train_s, est.goodput
+            else:
+                rp.time_to_train_s = math.ceil(tokens / job.tokens_per_step) * pred.step_time_s
+        if price is not None:
+            seconds = rp.time_to_train_s if rp.time_to_train_s is not None else pred.step_time_s
+            rp.cost_usd = seconds / SECONDS_PER_HOUR * space.num_gpus * price
+        out.append(rp)
+    return out
+
+
+def _order(plans: list[RankedPlan], objective: str) -> list[RankedPlan]:
+    def key(p: RankedPlan):
+        if objective == "cost":
+            first = p.cost_usd
+        elif objective == "goodput":
+            first = p.time_to_train_s
+        else:
+            first = p.prediction.step_time_s
+        return (first, p.prediction.step_time_s, p.prediction.memory.total_bytes)
+    return sorted(plans, key=key)
+
+
+def _smaller_sizes(space: SearchSpace, points: int) -> list[int]:
+    """The GPU counts of the Pareto view below the one searched: halvings, down to one node."""
+    out, n, g = [], space.num_gpus, space.cluster.gpus_per_node
+    while len(out) < points - 1 and n % 2 == 0 and n // 2 >= g and (n // 2) % g == 0:
+        n //= 2
+        out.append(n)
+    return out
+
+
+def _resized(space: SearchSpace, num_gpus: int) -> SearchSpace:
+    return SearchSpace(space.model, space.cluster.with_gpus(num_gpus), space.global_batch, space.seq_len,
+                       space.precision, space.framework, space.fixed, space.max_memory_fraction)
+
+
+def _mark_front(points: list[ParetoPoint]) -> None:
+    """A size is on the front unless another is at least as fast for at most as many GPU-hours."""
+    have = [p for p in points if p.plan is not None]
+    for p in have:
+        t, h = p.plan.prediction.step_time_s, p.gpu_hours_per_step  # type: ignore[union-attr]
+        p.on_front = not any(q is not p and q.plan.prediction.step_time_s <= t and q.gpu_hours_per_step <= h  # type: ignore[union-attr,operator]
+                             and (q.plan.prediction.step_time_s < t or q.gpu_hours_per_step < h)  # type: ignore[union-attr,operator]
+                             for q in have)
+
+
+__all__ = ["search", "SearchResult", "RankedPlan", "ParetoPoint", "bottleneck", "plan_text", "OBJECTIVES",
+           "PRUNE_REASONS"]
