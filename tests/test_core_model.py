@@ -314,14 +314,6 @@ def test_more_bandwidth_helps_where_it_is_the_bottleneck() -> None:
         assert fast.step_time_s < base.step_time_s * 0.99, resource
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: faster compute (peak FLOP/s or HBM bandwidth) makes the step slower with context parallelism "
-    "when DP/FSDP communication is exposed. step.py hides the CP ring exchange behind the attention "
-    "kernels (cp_s = max(0, cp - attn)) and also counts the same forward/backward compute, attention "
-    "included, as the window hiding the FSDP gathers (fsdp_s = max(fsdp - (fwd+bwd), 5%)) and the ZeRO "
-    "grad reduce-scatter / param all-gather (max(sync - bwd, ...), max(gather - fwd, ...)): one window is "
-    "credited twice. Once DP/FSDP is exposed, faster compute leaves compute + exposed DP constant "
-    "while cp_comm grows."))
 def test_faster_compute_never_slower_with_cp() -> None:
     cases = [  # (model, plan, global batch, seq_len, resource, factors) on 32 H100s
         (SMALL, "tp=8,cp=2,zero=3", 64, 4096, "flops", (1.0, 2.0, 4.0)),   # observed 0.26333, 0.26383, 0.26878 s
@@ -361,10 +353,6 @@ def test_moe_memory_never_grows_with_tp_when_experts_split_too(zero: int) -> Non
     assert _non_increasing(mem), mem
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: Plan.etp is documented 'None = tp' but the graph, memory and check_plan use `plan.etp or 1`, "
-    "so with etp unset the routed experts are never tensor-split: raising tp shrinks dp (and the "
-    "expert-data-parallel group that ZeRO shards expert states over) while each rank keeps whole experts."))
 def test_moe_memory_never_grows_with_tp_default_etp() -> None:
     mem = [_memory(SMALL_MOE, 32, tp=tp, ep=2, zero_stage=1) for tp in (1, 2, 4, 8)]
     # observed: 5.54, 4.77, 4.70, 5.29 GB (with etp=tp: 5.54, 3.55, 2.66, 2.25 GB)
@@ -404,21 +392,12 @@ def test_memory_never_grows_with_zero_stage(model: ModelSpec, tp: int, pp: int, 
     assert _non_increasing(mem), mem
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: ZeRO-3 adds a gathered-weights buffer of 2 x 2 bytes x (stage params)/(stage layers) to 'other' "
-    "even when dp*cp = 1, where nothing is sharded: ZeRO-3 then needs 4P/L bytes more than ZeRO-2 for the "
-    "same states (memory.py _stage_memory, `if z >= 3`)."))
 def test_zero3_without_data_parallelism_costs_nothing_extra() -> None:
     # one GPU: ZeRO has no group to shard over, so ZeRO-3 is ZeRO-2.
     # observed: 12.100 GB (zero=2) vs 12.346 GB (zero=3): + 4 x 491.8M / 8 layers = 245.9 MB
     assert _memory(SMALL, 1, zero_stage=3) == pytest.approx(_memory(SMALL, 1, zero_stage=2), rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the ZeRO-3 gathered-weights buffer averages the embedding into the layers "
-    "(4 x (layers + embedding params) / layers). With 2 layers per stage the 'two layers' worth' equals a "
-    "full 16-bit copy of the stage, so ZeRO-3 needs more memory than ZeRO-2; gathering the embedding "
-    "(65.5M) and one layer (45.1M) at a time needs 221 MB, not 311 MB."))
 def test_zero3_never_more_than_zero2_with_two_layers_per_stage() -> None:
     # SMALL on 32 H100s, pp=4 (2 layers + embedding on stage 0), dp=8
     # observed: 3.218 GB (zero=2) vs 3.243 GB (zero=3)
@@ -457,10 +436,6 @@ def test_stage_activations_none_ge_selective_ge_full(model: ModelSpec, tp: int, 
         assert acts["none"] > acts["selective"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with full recomputation the layer being recomputed is added in full (its 'none' activations, "
-    "which include its input) on top of every layer's checkpointed input, so that input is counted twice: "
-    "a stage holding one layer-micro-batch keeps 2sbh more with full recomputation than with none."))
 def test_full_recompute_never_keeps_more_than_none() -> None:
     # SMALL on 32 H100s, pp=8 (one layer per stage), dp=4, 2 micro-batches: the last stage holds 1.
     # observed activations: none 0.6482 GB, full 0.6565 GB (+ 2 x 2048 x 2048 bytes)
@@ -469,11 +444,6 @@ def test_full_recompute_never_keeps_more_than_none() -> None:
     assert acts["full"] <= acts["none"], acts
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: full recomputation is charged the transient of one recomputed layer (with its s^2 score tensors "
-    "when unfused), but selective recomputation is charged no transient for the attention core it "
-    "recomputes, although that core holds the same s^2 tensors during its backward; with few "
-    "layer-micro-batches in flight full then needs more activation memory than selective."))
 def test_selective_recompute_never_keeps_less_than_full() -> None:
     # SMALL_GPT on 32 H100s, tp=8 with SP, pp=4 (2 layers per stage), unfused attention
     # observed activations: selective 0.147 GB, full 0.198 GB
@@ -567,11 +537,6 @@ def test_korthikanti_without_dropout(tp: int, sp: bool) -> None:
     assert _k_bytes(tp, sp, "none", model) == pytest.approx(expected, rel=1e-12)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: with dropout and unfused attention, schedule/memory.py counts the score tensors as "
-    "scores * (2a + (1 + 2a)) = 9 bytes per score (a = 2 activation bytes) instead of Korthikanti's "
-    "5 (softmax output 2, dropout mask 1, dropout output 2): the layer keeps sbh(34 + 9as/h), not "
-    "sbh(34 + 5as/h), contradicting the module docstring."))
 @pytest.mark.parametrize("tp,sp,expected", [
     (1, False, SBH * (34 + 5 * AS_H)),
     (4, True, SBH / 4 * (34 + 5 * AS_H)),

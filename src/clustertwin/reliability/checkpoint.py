@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..specs.model import Frozen
+from ..workload.graph import expert_dp, expert_tp
 
 CheckpointMode = Literal["sync", "async", "in-memory"]
 Writers = Literal["all", "dp-rank-0"]
@@ -95,9 +96,9 @@ def checkpoint_costs(prediction, config: CheckpointConfig) -> CheckpointCosts:
     plan, cluster = graph.plan, job.cluster
     b = state_bytes_per_param(prediction)
     dp_cp = (plan.dp or 1) * plan.cp
-    etp = plan.etp or 1                       # as the workload graph shards experts (StageParams.expert)
+    etp = expert_tp(plan)                     # as the workload graph shards experts (StageParams.expert)
     # ranks of a stage holding the same expert shard: tp x dp x cp ranks over ep x etp distinct shards
-    expert_replicas = max(1.0, plan.tp * dp_cp / (plan.ep * etp))
+    expert_replicas = expert_dp(plan)
     g = cluster.gpus_per_node
     total = 0.0
     per_gpu_max = 0.0

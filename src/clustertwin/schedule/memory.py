@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..arith import maximum, minimum
+from ..arith import maximum, minimum, where
 from ..cost.framework import FrameworkProfile
-from ..workload.graph import StageGraph, WorkloadGraph
+from ..workload.graph import StageGraph, WorkloadGraph, expert_dp
 from ..workload.transformer import LayerContext
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
@@ -37,7 +37,7 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
         total += T * c.heads * 4  # log-sum-exp, fp32
     elif recompute != "selective":
         scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
-        total += scores * (2 * a + (1 + 2 * a) * mask) if mask else scores * a
+        total += scores * (2 * a + 1) if mask else scores * a
     # MLP block: norm input, up-projection input, activation input, down-projection input, mask
     total += rows * h * a + rows * h * mask
     ups = 2 if c.gated else 1
@@ -89,23 +89,36 @@ def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
     moe = bool(sg.layers_moe)
     return stage_memory(
         fw, plan.precision, plan.zero_stage, rc, dense=sg.params.dense + sg.params.embedding, expert=sg.params.expert,
-        dp_cp=dp_cp, edp=max(1, dp_cp // plan.ep), layers_dense=sg.layers_dense, layers_moe=sg.layers_moe,
+        dp_cp=dp_cp, edp=expert_dp(plan), layers_dense=sg.layers_dense, layers_moe=sg.layers_moe,
         act_dense=layer_activation_bytes(c, False, rc), act_moe=layer_activation_bytes(c, True, rc) if moe else 0.0,
-        act_full_layer=(maximum(layer_activation_bytes(c, False, "none"),
-                                layer_activation_bytes(c, True, "none") if moe else 0.0) if rc == "full" else 0.0),
+        act_full_layer=recompute_transient(c, rc, moe),
+        embedding=sg.params.embedding,
         in_flight_layers=layers_in_flight(graph, sg.stage, sg.layers_dense + sg.layers_moe),
         logits=c.tokens * -(-graph.job.model.vocab_size // c.tp) if "head" in names else None,
         embedding_rows_bytes=c.norm_rows * c.hidden * c.act_bytes if "embedding" in names else None,
         embedding_in_flight=layers_in_flight(graph, sg.stage, 1))
 
 
+def recompute_transient(c: LayerContext, recompute: str, moe: bool):
+    """Bytes a layer holds beyond what it kept, while its recomputed part lives for its backward:
+    the whole layer's activations less its input under full recomputation, the attention core's
+    under selective recomputation (the largest layer kind of the stage)."""
+    if recompute == "none":
+        return 0.0
+    extra = layer_activation_bytes(c, False, "none") - layer_activation_bytes(c, False, recompute)
+    if moe:
+        extra = maximum(extra, layer_activation_bytes(c, True, "none") - layer_activation_bytes(c, True, recompute))
+    return extra
+
+
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recompute: str, *, dense, expert, dp_cp, edp,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
-                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None) -> dict:
+                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
-    over dp*cp and over the expert-data-parallel group); ``act_*``: activation bytes of one layer and
-    micro-batch (``act_full_layer``: the largest layer's full activations, held while it is
-    recomputed); ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere);
+    over dp*cp and over the expert-data-parallel group; ``embedding``: the part of ``dense`` that is
+    embedding or head); ``act_*``: activation bytes of one layer and micro-batch
+    (``act_full_layer``: what the layer being recomputed holds beyond that, ``recompute_transient``);
+    ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere);
     ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
     z = zero_stage
@@ -122,9 +135,10 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recomput
     grads = g_bytes * shard(dense, expert, z >= 2)
     optimizer = o_bytes * shard(dense, expert, z >= 1)
     other = fw.base_memory_bytes
-    if z >= 3:  # FSDP: two layers' worth of gathered 16-bit weights (current + prefetched)
-        layers = max(1, layers_dense + layers_moe)
-        other += 2 * 2 * (dense + expert) / layers
+    if z >= 3:  # FSDP: the gathered 16-bit weights of the unit in use and the one prefetched
+        layer = (dense - embedding + expert) / max(1, layers_dense + layers_moe)
+        gathered = 2 * maximum(2 * layer, layer + embedding)
+        other += where(maximum(dp_cp, edp) > 1, gathered, 0.0)  # nothing is sharded without a DP group
     elif not fw.master_in_optimizer and not fp32:  # autocast keeps 16-bit copies of the weights in use
         other += 2 * (dense + expert)
     if precision == "fp8":  # Transformer Engine caches fp8 copies of the GEMM weights
@@ -133,8 +147,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recomput
     n_layers = layers_dense + layers_moe
     mean_layer = (act_dense * layers_dense + act_moe * layers_moe) / max(1, n_layers)
     acts = mean_layer * in_flight_layers
-    if recompute == "full":  # the layer being recomputed holds its full activations during its backward
-        acts += act_full_layer
+    acts += act_full_layer  # the layer being recomputed, during its backward
     if logits is not None:  # logits of one micro-batch: the fused loss keeps 16-bit gradients, else fp32 copies
         acts += logits * (2 if fw.fused_cross_entropy else 4 + 4)
     if embedding_rows_bytes is not None:

@@ -18,7 +18,7 @@ from ..cost.framework import FrameworkProfile
 from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
 from ..specs.hardware import ClusterSpec
-from ..workload.graph import StageGraph, WorkloadGraph
+from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, expert_tp
 from ..workload.ops import Op, OpKind, Phase
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
@@ -43,6 +43,9 @@ class StageTime:
     dp_sync_s: float = 0.0          # gradient reduction (total, before overlap)
     param_gather_s: float = 0.0     # ZeRO-1/2 parameter all-gather (total, before overlap)
     optimizer_s: float = 0.0
+    # compute time already spent hiding the CP ring exchange: not available to hide DP/FSDP traffic
+    cp_hidden_fwd_s: float = 0.0
+    cp_hidden_bwd_s: float = 0.0    # backward and recomputation
     op_times: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -68,12 +71,14 @@ def group_placements(plan, gpus_per_node: int) -> dict[str, GroupPlacement]:
     """Where each process group of a plan sits (Megatron rank order: tp, cp, dp, pp)."""
     G = gpus_per_node
     tp, cp, dp, ep = plan.tp, plan.cp, plan.dp or 1, plan.ep
+    etp = expert_tp(plan)
     return {
         "tp": place_group(tp, 1, G),
         "cp": place_group(cp, tp, G),
         "dp_cp": place_group(dp * cp, tp, G),
-        "ep": place_group(ep, tp, G),
-        "edp": place_group(max(1, dp * cp // ep), tp * ep, G),
+        # experts fold onto tp x cp x dp as etp (innermost) x ep x edp (Megatron-Core parallel folding)
+        "ep": place_group(ep, etp, G),
+        "edp": place_group(expert_dp(plan), etp * ep, G),
         "pp": place_group(2 if plan.pp > 1 else 1, tp * cp * dp, G),
     }
 
@@ -147,14 +152,20 @@ def exposed_cp(cp_time, attn_time):
     return maximum(0.0, cp_time - attn_time)
 
 
+def hidden_cp(cp_time, attn_time):
+    """The attention time spent hiding the CP exchange (no longer free to hide other traffic)."""
+    return minimum(cp_time, attn_time)
+
+
 def exposed_tp(tp_s, tp, overlap):
     """Userbuffers split each GEMM into tp chunks: the first chunk's communication stays exposed."""
     return where(logical_and(overlap, tp_s > 0), tp_s / tp, tp_s)
 
 
-def exposed_fsdp(fsdp, fwd_s, bwd_s, overlap):
-    """FSDP/ZeRO-3 gathers and reduce-scatters per micro-batch, prefetched under compute."""
-    hidden = where(overlap, fwd_s + bwd_s, 0.0)
+def exposed_fsdp(fsdp, fwd_s, bwd_s, overlap, cp_hidden=0.0):
+    """FSDP/ZeRO-3 gathers and reduce-scatters per micro-batch, prefetched under the compute that is
+    not already hiding the CP ring exchange."""
+    hidden = where(overlap, fwd_s + bwd_s - cp_hidden, 0.0)
     return where(fsdp != 0, maximum(fsdp - hidden, fsdp * 0.05), 0.0)
 
 
@@ -171,9 +182,14 @@ def _price_stage(sg: StageGraph, pricer: Pricer, graph: WorkloadGraph) -> StageT
     for phase in (Phase.FWD, Phase.BWD, Phase.RECOMPUTE):
         cp_time, attn_time = accumulate_ops(st, sg.ops(phase), phase, pricer)
         st.cp_s += exposed_cp(cp_time, attn_time)
+        if phase == Phase.FWD:
+            st.cp_hidden_fwd_s += hidden_cp(cp_time, attn_time)
+        else:
+            st.cp_hidden_bwd_s += hidden_cp(cp_time, attn_time)
     st.tp_s = exposed_tp(st.tp_s, plan.tp, bool(plan.overlap_tp_comm))
     fsdp = sum(pricer.time(op) for op in sg.microbatch_dp_ops)
-    st.fsdp_s = exposed_fsdp(fsdp, st.fwd_s, st.bwd_s, bool(plan.overlap_param_gather))
+    st.fsdp_s = exposed_fsdp(fsdp, st.fwd_s, st.bwd_s, bool(plan.overlap_param_gather),
+                             st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
     for op in sg.p2p:
         st.pp_s += pricer.time(op)
     for op in sg.step_ops:
@@ -250,14 +266,17 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     for s, params in zip(classes, class_params):
         last_bucket = minimum(1.0, _BUCKET_ELEMENTS / maximum(params, 1.0))
         if overlap_dp:
-            window = (s.bwd_s + s.recompute_s) * (1 + (v - 1) / v)  # later chunks finish their backward earlier
+            backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s   # compute free to hide the reduction
+            window = backward * (1 + (v - 1) / v)  # later chunks finish their backward earlier
+            # ... but never more backward than the step has
+            window = minimum(window, m * backward)
             # stages other than the first finish early: the drain of the pipeline hides their sync
             window += (s.stage) * mean / v
             grad = maximum(s.dp_sync_s - window, s.dp_sync_s * last_bucket)
         else:
             grad = s.dp_sync_s
         if overlap_param_gather:
-            gather = maximum(s.param_gather_s - s.fwd_s, s.param_gather_s * last_bucket)
+            gather = maximum(s.param_gather_s - (s.fwd_s - s.cp_hidden_fwd_s), s.param_gather_s * last_bucket)
         else:
             gather = s.param_gather_s
         dp_exposed = maximum(dp_exposed, grad + gather)

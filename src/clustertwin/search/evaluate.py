@@ -23,6 +23,7 @@ from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
 from ..schedule.memory import in_flight, layer_activation_bytes, stage_memory
 from ..schedule.step import (Pricer, StageTime, accumulate_ops, compose_step, exposed_cp, exposed_fsdp, exposed_tp,
+                             hidden_cp,
                              step_bucket, tp_overlap_chunks)
 from ..specs import stage_layer_split
 from ..specs.plan import Plan
@@ -275,13 +276,15 @@ class Evaluator:
         ep = np.array([s.ep for s in ss])
         mb = np.array([s.micro_batch for s in ss])
         dp_cp = dp * cp
-        edp = np.maximum(1, dp_cp // ep)
+        etp = np.array([self.etp or s.tp for s in ss])
+        edp = np.maximum(1, tp * dp_cp // (ep * etp))
         m_s = space.global_batch // (dp * mb)
 
         # parameters per class and structure
         params = [[self._stage_params(s.tp, s.ep, pp, k) for s in ss] for k in classes]
         dense = [np.array([p.dense + p.embedding for p in ps]) for ps in params]
         expert = [np.array([p.expert for p in ps]) for ps in params]
+        embedding = [np.array([p.embedding for p in ps]) for ps in params]
         total_params = [np.array([p.total for p in ps]) for ps in params]
 
         # per-context quantities on the rows
@@ -300,8 +303,8 @@ class Evaluator:
         for r, rc in enumerate(rc_domain):
             act_d = np.array([self._activation(c, False, rc) for c in ctx_rows])
             act_m = np.array([self._activation(c, True, rc) for c in ctx_rows]) if model.is_moe else None
-            full_d = np.array([self._activation(c, False, "none") for c in ctx_rows]) if rc == "full" else None
-            full_m = np.array([self._activation(c, True, "none") for c in ctx_rows]) if rc == "full" and model.is_moe \
+            trans_d = np.array([self._activation(c, False, "none") for c in ctx_rows]) - act_d
+            trans_m = (np.array([self._activation(c, True, "none") for c in ctx_rows]) - act_m) if model.is_moe \
                 else None
             for z in (0, 1, 2, 3):
                 in_domain = space.zero_allows(z, dp_cp)[s_rows_a]
@@ -310,17 +313,16 @@ class Evaluator:
                 worst = None
                 for k, cls in enumerate(classes):
                     moe = cls.n_moe > 0
-                    full = None
-                    if rc == "full":
-                        full = np.maximum(full_d, full_m) if moe else np.maximum(full_d, 0.0)
+                    transient = np.maximum(trans_d, trans_m) if moe else trans_d
                     mem = stage_memory(
                         fw, space.precision, z, rc, dense=dense[k][s_rows_a], expert=expert[k][s_rows_a],
                         dp_cp=dp_cp_m, edp=edp[s_rows_a], layers_dense=cls.n_dense, layers_moe=cls.n_moe,
-                        act_dense=act_d, act_moe=act_m if moe else 0.0, act_full_layer=full,
+                        act_dense=act_d, act_moe=act_m if moe else 0.0, act_full_layer=transient,
                         in_flight_layers=in_flight(pp, vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
                         logits=logits if cls.is_last else None,
                         embedding_rows_bytes=emb_rows if cls.is_first else None,
-                        embedding_in_flight=in_flight(pp, vpp, m_m, cls.first, 1))
+                        embedding_in_flight=in_flight(pp, vpp, m_m, cls.first, 1),
+                        embedding=embedding[k][s_rows_a])
                     tot = sum(mem.values())
                     worst = tot if worst is None else np.maximum(worst, tot)
                 ok = (worst <= space.memory_limit_bytes) & in_domain
@@ -377,6 +379,8 @@ class Evaluator:
                            ep_s=total("ep_s"))
             st.cp_s = (exposed_cp(total("cp_fwd"), total("attn_fwd")) + exposed_cp(total("cp_bwd"), total("attn_bwd"))
                        + exposed_cp(total("cp_rc"), total("attn_rc")))
+            st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))
+            st.cp_hidden_bwd_s = hidden_cp(total("cp_bwd"), total("attn_bwd")) + hidden_cp(total("cp_rc"), total("attn_rc"))
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
             base_classes.append(st)
 
@@ -391,7 +395,7 @@ class Evaluator:
 
         # data-parallel collectives and the optimizer, per class (they depend on the structure and ZeRO)
         dp_pl, dp_idx = _placements([(int(a), int(b)) for a, b in zip(dp_cp, tp)], G)
-        edp_pl, edp_idx = _placements([(int(a), int(b) * int(c)) for a, b, c in zip(edp, tp, ep)], G)
+        edp_pl, edp_idx = _placements([(int(a), int(b) * int(c)) for a, b, c in zip(edp, etp, ep)], G)
         gb, pb = fw.grad_reduce_bytes, (4 if space.precision == "fp32" else 2)
         compute = self._memory_bound
         sync = [np.zeros(len(rows)) for _ in classes]
@@ -430,8 +434,9 @@ class Evaluator:
             for k, base in enumerate(base_classes):
                 st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
                                tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, pp_s=pp_s, dp_sync_s=sync[k],
-                               param_gather_s=gather[k], optimizer_s=opt[k])
-                st.fsdp_s = exposed_fsdp(fsdp[k], st.fwd_s, st.bwd_s, opg)
+                               param_gather_s=gather[k], optimizer_s=opt[k], cp_hidden_fwd_s=base.cp_hidden_fwd_s,
+                               cp_hidden_bwd_s=base.cp_hidden_bwd_s)
+                st.fsdp_s = exposed_fsdp(fsdp[k], st.fwd_s, st.bwd_s, opg, st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
                 stage_times.append(st)
             for opp in opp_domain:
                 breakdown, _ = compose_step(stage_times, stage_class, params_rows, m_rows, pp, vpp, opp, odp, opg)

@@ -42,7 +42,7 @@ PRUNE_REASONS: dict[str, str] = {
     "layer_split": "the layers do not split over pp x vpp stages",
     "cp_seq_len": "cp does not divide the sequence length",
     "etp_expert_width": "etp does not divide the expert MLP width",
-    "ep_dp_cp": "ep does not divide dp x cp",
+    "ep_dp_cp": "ep x etp does not divide tp x cp x dp",
     "batch": "dp x micro-batch does not divide the global batch",
     "interleave_microbatches": "interleaving needs the micro-batches to be a multiple of pp",
     "memory": "does not fit in the memory allowed per GPU",
@@ -203,12 +203,12 @@ class SearchSpace:
                 cache[key] = False
         return cache[key]
 
-    def ep_reason(self, ep: int, dp_cp: int) -> str | None:
+    def ep_reason(self, ep: int, dp_cp: int, tp: int = 1) -> str | None:
         if ep > 1:
-            etp = self.fixed.get("etp") or 1
+            etp = self.fixed.get("etp") or tp
             if self.model.expert_ffn % etp:
                 return "etp_expert_width"
-            if dp_cp % ep:
+            if (tp * dp_cp) % (ep * etp):
                 return "ep_dp_cp"
         return None
 
@@ -260,7 +260,7 @@ class SearchSpace:
                     pruned[reason] = pruned.get(reason, 0) + n_e * n_m * options
                     continue
                 for ep in self.ep_domain:
-                    reason = self.ep_reason(ep, dp_cp)
+                    reason = self.ep_reason(ep, dp_cp, tp)
                     if reason:
                         pruned[reason] = pruned.get(reason, 0) + n_m * options
                         continue

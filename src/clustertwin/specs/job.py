@@ -81,13 +81,14 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int)
         if model.moe_num_experts % plan.ep:
             raise PlanError("plan.ep", f"{plan.ep} does not divide the {model.moe_num_experts} experts",
                             "choose ep dividing the number of experts")
-        etp = plan.etp or 1
+        etp = plan.etp or plan.tp
         if model.expert_ffn % etp:
             raise PlanError("plan.etp", f"{etp} does not divide the expert width {model.expert_ffn}",
                             "choose an expert tensor-parallel size dividing the expert MLP width")
-        if (plan.dp * plan.cp) % plan.ep:  # type: ignore[operator]
-            raise PlanError("plan.ep", f"{plan.ep} does not divide dp*cp = {plan.dp * plan.cp}",  # type: ignore[operator]
-                            "expert parallelism is carved out of data parallelism: choose ep dividing dp*cp")
+        if (plan.tp * plan.cp * plan.dp) % (plan.ep * etp):  # type: ignore[operator]
+            raise PlanError("plan.ep", f"ep*etp = {plan.ep}*{etp} does not divide tp*cp*dp = "
+                            f"{plan.tp * plan.cp * plan.dp}",  # type: ignore[operator]
+                            "experts fold onto tp x cp x dp: choose ep (and etp, default tp) dividing it")
     gb = plan.global_batch
     if gb is None:
         gb = plan.dp * plan.micro_batch * max(1, plan.pp * (2 if plan.pp > 1 else 1))  # type: ignore[operator]

@@ -87,9 +87,19 @@ def resolve_overlaps(plan: Plan, fw: FrameworkProfile) -> Plan:
     return plan.model_copy(update=update) if update else plan
 
 
+def expert_tp(plan) -> int:
+    """Expert tensor-parallel size: the plan's etp, else tp (Megatron-Core's default)."""
+    return plan.etp or plan.tp
+
+
+def expert_dp(plan) -> int:
+    """Expert data-parallel size: the ranks of tp x cp x dp not used by ep x etp (MoE parallel folding)."""
+    return max(1, plan.tp * plan.cp * (plan.dp or 1) // (plan.ep * expert_tp(plan)))
+
+
 def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfile) -> LayerContext:
     t, cp = plan.tp, plan.cp
-    etp = plan.etp or 1
+    etp = expert_tp(plan)
     act_bytes = 4 if plan.precision == "fp32" else 2
     mla = ()
     if model.mla:
@@ -121,7 +131,7 @@ def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...]) -> tupl
 
 def _layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[float, float]:
     """(dense, expert) parameters of one layer on one rank."""
-    t, etp = plan.tp, plan.etp or 1
+    t, etp = plan.tp, expert_tp(plan)
     norms = 2 * model.norm_params
     attn = model.attention_params / t
     if model.is_moe_layer(index):
@@ -220,7 +230,7 @@ def _dp_ops(model: ModelSpec, plan: Plan, fw: FrameworkProfile, params: StagePar
     dense = params.dense + params.embedding
     expert = params.expert
     dp_cp = (plan.dp or 1) * plan.cp
-    edp = max(1, dp_cp // plan.ep)
+    edp = expert_dp(plan)
     gb = fw.grad_reduce_bytes
     pb = 4 if plan.precision == "fp32" else 2
     step: list[Op] = []
