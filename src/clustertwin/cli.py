@@ -167,6 +167,7 @@ def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the 
 # ---- commands of the subpackages: each module defines register(app) ----------------------------
 # (one line per subpackage; keep this block sorted)
 _SUBCOMMAND_MODULES: list[str] = [
+    "clustertwin.export.cli",
     "clustertwin.reliability.cli",
     "clustertwin.search.cli",
 ]
@@ -200,13 +201,13 @@ def main(argv: list[str] | None = None) -> int:
     except click_exc.NoSuchOption as e:
         sys.stderr.write(f"error: {e.option_name}: no such option; see `clustertwin {_cmd(args)} --help`\n")
         return 2
-    except click_exc.BadParameter as e:
-        name = e.param.opts[0] if e.param is not None and getattr(e.param, "opts", None) else (e.param_hint or "argument")
-        sys.stderr.write(f"error: {_one_line(name)}: {_one_line(e.message)}; see `clustertwin {_cmd(args)} --help`\n")
-        return 2
     except click_exc.MissingParameter as e:
         name = e.param.name if e.param is not None else "argument"
         sys.stderr.write(f"error: {name}: missing; see `clustertwin {_cmd(args)} --help`\n")
+        return 2
+    except click_exc.BadParameter as e:
+        name = e.param.opts[0] if e.param is not None and getattr(e.param, "opts", None) else (e.param_hint or "argument")
+        sys.stderr.write(f"error: {_one_line(name)}: {_one_line(e.message)}; see `clustertwin {_cmd(args)} --help`\n")
         return 2
     except click_exc.UsageError as e:
         sys.stderr.write(f"error: {_one_line(e.format_message())}; see `clustertwin --help`\n")

@@ -10,7 +10,7 @@ from functools import lru_cache
 
 from ..arith import maximum
 from ..specs.hardware import GPUSpec
-from ..workload.ops import Op, OpKind
+from ..workload.ops import Op, OpKind, is_score_gemm
 from .framework import FrameworkProfile
 from .profile import HardwareProfile
 
@@ -52,8 +52,8 @@ class ComputePricer:
     def gemm_time(self, op: Op) -> float:
         batch, m, n, k = op.shape
         eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"])
-        chunks = self.tp_overlap_chunks if op.layer in ("layer", "moe_layer") and not op.name.startswith(
-            ("attn.qk", "attn.av", "moe.")) else 1
+        chunks = self.tp_overlap_chunks if (op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name)
+                                            and not op.name.startswith("moe.")) else 1
         if chunks > 1:
             m_chunk = m // chunks if not op.name.endswith(".wgrad") else m
             n_chunk = n if not op.name.endswith(".wgrad") else n

@@ -19,7 +19,7 @@ from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
 from ..specs.hardware import ClusterSpec
 from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, expert_tp
-from ..workload.ops import Op, OpKind, Phase
+from ..workload.ops import Op, OpKind, Phase, is_score_gemm
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
                   "optimizer", "other")
@@ -134,7 +134,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: boo
             elif op.group == "ep":
                 st.ep_s += t
             continue
-        if op.kind == OpKind.ATTENTION or op.name.startswith("attn.qk") or op.name.startswith("attn.av"):
+        if op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
             attn_time += t
         if op.kind == OpKind.GEMM:
             gemm_time += t
@@ -231,6 +231,20 @@ def estimate_step(graph: WorkloadGraph, profile: HardwareProfile | None = None) 
     return StepEstimate(total, breakdown, stages, graph.num_microbatches, classes[crit_class].stage)
 
 
+def _chunked_exposure(comm, compute, m, p: int, v: int):
+    """Exposed part of a stage's DP collective split over its ``v`` model chunks, each chunk's share
+    (comm / v) hidden behind the compute that follows its readiness. Gradients: chunk j (j = 0 the
+    chunk that finishes last) is reduced once its last backward is done, and the interleaved
+    cool-down finishes chunks p chunk-backwards apart, so (j p + 1) chunk-backwards of one micro-batch
+    hide it. Parameter gathers mirror this over the warm-up's forwards. Never more compute than the
+    step has. With v = 1 this is comm - compute of one micro-batch."""
+    per_chunk = compute / v
+    exposed = comm / v - minimum(per_chunk, m * compute)
+    for j in range(1, v):
+        exposed = maximum(exposed, (j + 1) * comm / v - minimum((j * p + 1) * per_chunk, m * compute))
+    return maximum(exposed, 0.0)
+
+
 def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
                  overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool):
     """The step of a pipeline from its priced stages: ``classes`` are the distinct stages (each a
@@ -267,16 +281,14 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         last_bucket = minimum(1.0, _BUCKET_ELEMENTS / maximum(params, 1.0))
         if overlap_dp:
             backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s   # compute free to hide the reduction
-            window = backward * (1 + (v - 1) / v)  # later chunks finish their backward earlier
-            # ... but never more backward than the step has
-            window = minimum(window, m * backward)
             # stages other than the first finish early: the drain of the pipeline hides their sync
-            window += (s.stage) * mean / v
-            grad = maximum(s.dp_sync_s - window, s.dp_sync_s * last_bucket)
+            grad = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v) - s.stage * mean / v,
+                           s.dp_sync_s * last_bucket)
         else:
             grad = s.dp_sync_s
         if overlap_param_gather:
-            gather = maximum(s.param_gather_s - (s.fwd_s - s.cp_hidden_fwd_s), s.param_gather_s * last_bucket)
+            gather = maximum(_chunked_exposure(s.param_gather_s, s.fwd_s - s.cp_hidden_fwd_s, m, p, v),
+                             s.param_gather_s * last_bucket)
         else:
             gather = s.param_gather_s
         dp_exposed = maximum(dp_exposed, grad + gather)

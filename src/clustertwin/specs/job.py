@@ -27,13 +27,31 @@ class TrainingJob(Frozen):
         return self.plan.global_batch * self.seq_len  # type: ignore[operator]
 
 
-def stage_layer_split(num_layers: int, pp: int, vpp: int) -> list[int]:
+def stage_layer_split(num_layers: int, pp: int, vpp: int, first: int | None = None,
+                      last: int | None = None) -> list[int]:
     """Transformer layers per virtual stage (pp*vpp chunks, in pipeline order).
 
     Even split when the layers divide; otherwise the split Llama 3 and NeMo use, with embedding and
-    loss counted as a layer each: the first and last chunks get one layer fewer.
+    loss counted as a layer each: the first and last chunks get one layer fewer. ``first``/``last``
+    set the first and last chunks explicitly (Megatron-Core's --decoder-first/last-pipeline-num-layers)
+    and the chunks between them share the rest evenly.
     """
     chunks = pp * vpp
+    if first is not None or last is not None:
+        f, l = first or 0, last or 0
+        middle = chunks - (first is not None) - (last is not None)
+        rest = num_layers - f - l
+        if middle <= 0 or rest <= 0 or rest % middle:
+            raise PlanError("plan.first_stage_layers",
+                            f"{num_layers} layers less first={first}, last={last} do not split evenly over the "
+                            f"other {max(middle, 0)} of {pp}*{vpp} pipeline chunks",
+                            "choose first/last stage layers leaving a multiple of the remaining chunks")
+        split = [rest // middle] * chunks
+        if first is not None:
+            split[0] = f
+        if last is not None:
+            split[-1] = l
+        return split
     if num_layers % chunks == 0:
         return [num_layers // chunks] * chunks
     if (num_layers + 2) % chunks == 0 and chunks > 1:
@@ -72,7 +90,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int)
         raise PlanError("seq_len", f"{seq_len} must be positive", "give the training sequence length")
     if plan.vpp > 1 and plan.pp == 1:
         raise PlanError("plan.vpp", f"{plan.vpp} virtual stages need pipeline parallelism", "set pp > 1 or vpp = 1")
-    stage_layer_split(model.num_layers, plan.pp, plan.vpp)
+    stage_layer_split(model.num_layers, plan.pp, plan.vpp, plan.first_stage_layers, plan.last_stage_layers)
     if seq_len % plan.cp:
         raise PlanError("plan.cp", f"{plan.cp} does not divide seq_len={seq_len}", "choose cp dividing the sequence length")
     if plan.ep > 1:

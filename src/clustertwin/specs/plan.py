@@ -30,6 +30,10 @@ class Plan(Frozen):
     etp: int | None = Field(None, gt=0, le=1024, description="expert tensor parallel size; None = tp")
     sp: bool = Field(False, description="sequence parallelism with TP (Korthikanti et al. 2022)")
     zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer, 2 +grads, 3 +weights (FSDP)")
+    first_stage_layers: int | None = Field(None, gt=0, le=10_000,
+                                           description="layers of the first pipeline chunk when the split is uneven")
+    last_stage_layers: int | None = Field(None, gt=0, le=10_000,
+                                          description="layers of the last pipeline chunk when the split is uneven")
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="sequences per micro-batch per DP rank")
     global_batch: int | None = Field(None, gt=0, le=1_000_000_000, description="sequences per iteration")
     recompute: Recompute = "none"
@@ -105,7 +109,8 @@ def _to_bool(v):
 _ALIASES = {
     "zero": "zero_stage", "mb": "micro_batch", "mbs": "micro_batch", "micro_batch_size": "micro_batch",
     "gb": "global_batch", "gbs": "global_batch", "global_batch_size": "global_batch",
-    "vp": "vpp", "interleave": "vpp", "rc": "recompute",
+    "vp": "vpp", "interleave": "vpp", "rc": "recompute", "first": "first_stage_layers",
+    "last": "last_stage_layers",
 }
 
 

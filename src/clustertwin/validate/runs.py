@@ -174,8 +174,34 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["attention_kernel"] = kernel
     if tp_overlap is not None:
         fields["overlap_tp_comm"] = tp_overlap
+    for col in ("first_stage_layers", "last_stage_layers"):
+        if _int(r, col) is not None:
+            fields[col] = _int(r, col)
+    if "first_stage_layers" not in fields and "last_stage_layers" not in fields:
+        split = uneven_split(model.num_layers, fields["pp"] or 1, fields["vpp"])
+        if split:
+            fields["first_stage_layers"], fields["last_stage_layers"] = split
+            notes.append(f"{model.num_layers} layers do not split over pp*vpp: assumed first/last pipeline chunks of "
+                         f"{split[0]}/{split[1]} layers, the rest even (Megatron-Core's uneven pipeline split)")
     plan = make_plan(**fields)
     return make_job(model, cluster, plan, _int(r, "seq_len"), framework)
+
+
+def uneven_split(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
+    """(first, last) chunk sizes for a model whose layers do not split evenly (None when they do, or
+    when the Llama 3 / NeMo rule applies): the middle chunks take ceil(layers / chunks) each."""
+    chunks = pp * vpp
+    if chunks < 3 or layers % chunks == 0 or (layers + 2) % chunks == 0:
+        return None
+    per = -(-layers // chunks)
+    rest = layers - per * (chunks - 2)
+    while rest < 2 and per > 1:
+        per -= 1
+        rest = layers - per * (chunks - 2)
+    if rest < 2:
+        return None
+    first = -(-rest // 2)
+    return first, rest - first
 
 
 __all__ = ["MeasuredRow", "read_runs", "job_from_row", "model_from_row", "METRICS", "ClusterTwinError"]

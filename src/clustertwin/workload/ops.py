@@ -33,6 +33,12 @@ class Stream(str, Enum):
     PP = "pp_comm"
 
 
+def is_score_gemm(name: str) -> bool:
+    """The batched attention-score GEMMs of unfused attention (attn.qk, attn.av and their gradients),
+    not the QKV projection."""
+    return name.split(".")[:2] in (["attn", "qk"], ["attn", "av"])
+
+
 @dataclass(frozen=True, slots=True)
 class Op:
     """One kernel or collective.

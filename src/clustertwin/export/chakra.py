@@ -1,0 +1,593 @@
+"""Chakra execution traces of one iteration: one file per rank, ``DIR/<name>.<rank>.et``, in the
+MLCommons Chakra schema (``mlc-chakra``, the ``[chakra]`` extra), for ASTRA-sim to replay.
+
+What each rank's trace holds, in the order the rank runs it (Megatron's 1F1B / interleaved 1F1B):
+- compute nodes (COMP_NODE): the ops of a block merged along chains, as ASTRA-sim wants no
+  sub-microsecond kernels; each carries its duration (the Pricer's, in whole microseconds, rounded
+  so the rank's total stays exact), FLOPs (``num_ops``) and bytes moved (``tensor_size``);
+- collective nodes (COMM_COLL_NODE): TP/CP/EP collectives inside the layers, gradient buckets and
+  ZeRO parameter all-gathers, with ``comm_type``, ``comm_size`` (bytes, in ASTRA-sim's meaning:
+  all-gather = each rank's input) and ``pg_name`` (an integer id listed in ``<name>.groups.json``);
+  the CP ring exchange is written as the all-gather of K/V it amounts to;
+- pipeline sends and receives (COMM_SEND_NODE / COMM_RECV_NODE) with ``comm_src``, ``comm_dst``,
+  ``comm_tag`` and ``comm_size``;
+- dependencies: all ordering in ``data_deps`` (what ASTRA-sim's v1 feeder reads); edges that only
+  order a stream (gradient buckets one after another) also in ``ctrl_deps``. Overlaps follow the
+  same block programs as ``clustertwin sim`` (sim/program.py).
+
+Ranks of one pipeline stage run the same program and differ only in their groups and pipeline peers,
+so each stage's trace is built and serialized once; a rank's file is that template with its group
+ids and peer ranks spliced in (the serialized fields are appended attributes).
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from ..errors import ClusterTwinError, DataError
+from ..schedule.step import Pricer
+from ..sim.layout import StageDP, block_of, chunk_segments, segment_weight
+from ..sim.program import Program, build_program
+from ..sim.schedule import next_virtual, stage_order
+from ..workload.graph import WorkloadGraph
+from ..workload.ops import Op
+
+SCHEMA_VERSION = "0.0.4"
+GROUP_KINDS = ("tp", "cp", "dp_cp", "ep", "edp")
+
+
+class ChakraUnavailable(ClusterTwinError):
+    """The optional Chakra package is not installed."""
+
+
+def _pb():
+    try:
+        from chakra.schema.protobuf import et_def_pb2 as pb
+    except ImportError:
+        raise ChakraUnavailable("format", "Chakra traces need the mlc-chakra package",
+                                "install clustertwin with the [chakra] extra: pip install 'clustertwin[chakra]'"
+                                ) from None
+    return pb
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _record(payload: bytes) -> bytes:
+    """A length-delimited message, as protolib.encodeMessage writes it."""
+    return _varint(len(payload)) + payload
+
+
+# ---- rank layout and process groups ---------------------------------------------------------------
+@dataclass(frozen=True)
+class RankLayout:
+    """Megatron rank order: tp innermost, then cp, dp, pp; ep and edp are carved out of dp x cp."""
+
+    tp: int
+    cp: int
+    dp: int
+    pp: int
+    ep: int
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.dp * self.pp
+
+    @property
+    def stage_stride(self) -> int:
+        return self.tp * self.cp * self.dp
+
+    def coords(self, r: int) -> tuple[int, int, int, int]:
+        return r % self.tp, (r // self.tp) % self.cp, (r // (self.tp * self.cp)) % self.dp, r // self.stage_stride
+
+    def sizes(self) -> dict[str, int]:
+        return {"tp": self.tp, "cp": self.cp, "dp_cp": self.dp * self.cp, "ep": self.ep,
+                "edp": max(1, self.dp * self.cp // self.ep)}
+
+    def group_index(self, kind: str, r: int) -> int:
+        """Index of rank r's group of ``kind`` among the groups of that kind."""
+        t, c, d, s = self.coords(r)
+        x = d * self.cp + c                       # position in the dp x cp group (cp innermost)
+        if kind == "tp":
+            return r // self.tp
+        if kind == "cp":
+            return (s * self.dp + d) * self.tp + t
+        if kind == "dp_cp":
+            return s * self.tp + t
+        if kind == "ep":
+            return (s * self.tp + t) * (self.dp * self.cp // self.ep) + x // self.ep
+        if kind == "edp":
+            return (s * self.tp + t) * self.ep + x % self.ep
+        raise KeyError(kind)
+
+    def num_groups(self, kind: str) -> int:
+        return self.world // self.sizes()[kind]
+
+
+class GroupIds:
+    """Integer ids of every process group used (size > 1), all of the same number of digits, so a
+    rank's trace differs from its stage template by fields of fixed length."""
+
+    def __init__(self, layout: RankLayout, kinds: list[str]):
+        self.layout = layout
+        self.kinds = [k for k in kinds if layout.sizes()[k] > 1]
+        total = sum(layout.num_groups(k) for k in self.kinds)
+        self.base = 10 ** len(str(max(total, 1)))
+        self.offset: dict[str, int] = {}
+        n = 0
+        for k in self.kinds:
+            self.offset[k] = n
+            n += layout.num_groups(k)
+
+    def id(self, kind: str, r: int) -> int:
+        return self.base + self.offset[kind] + self.layout.group_index(kind, r)
+
+    def table(self) -> dict[str, list[int]]:
+        out: dict[int, list[int]] = {}
+        for r in range(self.layout.world):
+            for k in self.kinds:
+                out.setdefault(self.id(k, r), []).append(r)
+        return {str(g): ranks for g, ranks in sorted(out.items())}
+
+
+# ---- stage templates ---------------------------------------------------------------------------
+@dataclass
+class _Node:
+    id: int
+    name: str
+    type: int
+    deps: list[int]
+    ctrl: list[int] = field(default_factory=list)
+    duration_us: int = 0
+    flops: int = 0
+    tensor_bytes: int = 0
+    comm_type: int = -1
+    comm_size: int = 0
+    tag: int = -1
+    hole: str = ""            # per-rank fields: "pg:<kind>" or "<send|recv>:<fwd|bwd>"
+    merged: int = 0           # further blocks' compute merged into this node
+
+
+@dataclass
+class _Fragment:
+    """A block program as Chakra nodes: compute steps merged along chains."""
+
+    nodes: list[tuple[str, list[int], list[int], bool]]   # (kind "comp"/"comm", steps, frag deps, entry)
+    exits: list[int]
+
+
+def _fragment(prog: Program) -> _Fragment:
+    dependents = [0] * len(prog.steps)
+    for st in prog.steps:
+        for d in st.deps:
+            dependents[d] += 1
+    nodes: list[tuple[str, list[int], list[int], bool]] = []
+    node_of: list[int] = []
+    for k, st in enumerate(prog.steps):
+        if not st.is_comm and len(st.deps) == 1:
+            d = st.deps[0]
+            nd = node_of[d]
+            if (not prog.steps[d].is_comm and dependents[d] == 1 and nd == len(nodes) - 1
+                    and nodes[nd][1][-1] == d):
+                nodes[nd][1].append(k)
+                node_of.append(nd)
+                continue
+        deps = sorted({node_of[d] for d in st.deps})
+        nodes.append(("comm" if st.is_comm else "comp", [k], deps, not st.deps))
+        node_of.append(len(nodes) - 1)
+    exits = sorted({node_of[e] for e in prog.exits})
+    return _Fragment(nodes, exits)
+
+
+class _Template:
+    """The nodes of one pipeline stage's trace, shared by all its ranks."""
+
+    def __init__(self, pb):
+        self.pb = pb
+        self.nodes: list[_Node] = []
+        self._acc_s = 0.0
+
+    def _new(self, **kw) -> int:
+        nid = len(self.nodes)
+        self.nodes.append(_Node(id=nid, **kw))
+        return nid
+
+    def _micros(self, duration_s: float) -> int:
+        """Whole microseconds, rounded along the rank's program so its total stays exact."""
+        before = round(self._acc_s * 1e6)
+        self._acc_s += duration_s
+        return round(self._acc_s * 1e6) - before
+
+    def compute(self, name: str, duration_s: float, flops: float, nbytes: float, deps, merge: bool = False) -> int:
+        """A compute node; with ``merge``, a node that only follows the last node emitted (a compute
+        node nothing depends on yet) extends it instead."""
+        deps = sorted(set(deps))
+        last = self.nodes[-1] if self.nodes else None
+        if merge and last is not None and last.type == self.pb.COMP_NODE and deps == [last.id]:
+            last.duration_us += self._micros(duration_s)
+            last.flops += int(round(flops))
+            last.tensor_bytes += int(round(nbytes))
+            last.merged += 1
+            return last.id
+        return self._new(name=name, type=self.pb.COMP_NODE, deps=deps, duration_us=self._micros(duration_s),
+                         flops=int(round(flops)), tensor_bytes=int(round(nbytes)))
+
+    def collective(self, name: str, op: Op, share: float, group_size: int, deps, ctrl=()) -> int:
+        size = op.comm_bytes * share
+        if op.collective == "all_gather":
+            size /= group_size                     # ASTRA-sim: each rank's input
+        elif op.collective == "send_recv":         # CP ring: the all-gather of K/V it amounts to
+            size /= max(1, group_size - 1)
+        ctype = {"all_reduce": self.pb.ALL_REDUCE, "all_gather": self.pb.ALL_GATHER, "send_recv": self.pb.ALL_GATHER,
+                 "reduce_scatter": self.pb.REDUCE_SCATTER, "all_to_all": self.pb.ALL_TO_ALL}[op.collective]
+        deps = sorted(set(deps) | set(ctrl))
+        return self._new(name=name, type=self.pb.COMM_COLL_NODE, deps=deps, ctrl=sorted(set(ctrl)), comm_type=ctype,
+                         comm_size=max(1, int(round(size))), hole=f"pg:{op.group}")
+
+    def p2p(self, send: bool, name: str, nbytes: float, tag: int, direction: str, deps) -> int:
+        return self._new(name=name, type=self.pb.COMM_SEND_NODE if send else self.pb.COMM_RECV_NODE,
+                         deps=sorted(set(deps)), comm_size=max(1, int(round(nbytes))), tag=tag,
+                         hole=f"{'send' if send else 'recv'}:{direction}")
+
+    # -- serialization
+    def serialize(self) -> list[bytes | tuple[bytes, str]]:
+        """Items of the file after the metadata: whole records (bytes, merged) or holes
+        (node bytes without the per-rank attributes, kind)."""
+        pb = self.pb
+        items: list[bytes | tuple[bytes, str]] = []
+        cur: list[bytes] = []
+        false_attr = pb.AttributeProto(name="is_cpu_op", bool_val=False)
+        for n in self.nodes:
+            name = n.name + (f"+{n.merged}b" if n.merged else "")
+            node = pb.Node(id=n.id, name=name, type=n.type, duration_micros=n.duration_us)
+            node.data_deps.extend(n.deps)
+            if n.ctrl:
+                node.ctrl_deps.extend(n.ctrl)
+            attrs = [false_attr]
+            if n.type == pb.COMP_NODE:
+                attrs += [pb.AttributeProto(name="num_ops", int64_val=n.flops),
+                          pb.AttributeProto(name="tensor_size", uint64_val=n.tensor_bytes)]
+            elif n.type == pb.COMM_COLL_NODE:
+                attrs += [pb.AttributeProto(name="comm_type", int64_val=n.comm_type),
+                          pb.AttributeProto(name="comm_size", int64_val=n.comm_size)]
+            else:
+                attrs += [pb.AttributeProto(name="comm_tag", int32_val=n.tag),
+                          pb.AttributeProto(name="comm_size", int64_val=n.comm_size)]
+            node.attr.extend(attrs)
+            payload = node.SerializeToString()
+            if n.hole:
+                if cur:
+                    items.append(b"".join(cur))
+                    cur = []
+                items.append((payload, n.hole))
+            else:
+                cur.append(_record(payload))
+        if cur:
+            items.append(b"".join(cur))
+        return items
+
+
+_ATTR_FIELD = b"\x52"    # Node.attr: field 10, length-delimited
+
+
+class _Splicer:
+    """Assembles a rank's file from its stage template and its per-rank attributes.
+
+    For a given length of each kind of per-rank field, the holes sit at fixed offsets of the file: the
+    file is kept as one byte image per signature and a rank's fields are written into it in place
+    (vectorized), so writing a rank costs a few array stores and one write call."""
+
+    def __init__(self, items: list[bytes | tuple[bytes, str]], header: bytes = b""):
+        self.items = items
+        self.header = header
+        self.kinds = sorted({it[1] for it in items if isinstance(it, tuple)})
+        self._images: dict[tuple[int, ...], tuple[np.ndarray, dict[str, np.ndarray]]] = {}
+
+    def _image(self, lengths: dict[str, int]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        sig = tuple(lengths[k] for k in self.kinds)
+        cached = self._images.get(sig)
+        if cached is None:
+            parts = [self.header]
+            offset = len(self.header)
+            where: dict[str, list[int]] = {k: [] for k in self.kinds}
+            for it in self.items:
+                if isinstance(it, tuple):
+                    payload, kind = it
+                    head = _varint(len(payload) + lengths[kind]) + payload
+                    parts.append(head)
+                    offset += len(head)
+                    where[kind].append(offset)
+                    parts.append(bytes(lengths[kind]))
+                    offset += lengths[kind]
+                else:
+                    parts.append(it)
+                    offset += len(it)
+            image = np.frombuffer(bytearray(b"".join(parts)), dtype=np.uint8)
+            index = {k: (np.asarray(where[k], dtype=np.int64)[:, None] + np.arange(lengths[k])).ravel()
+                     for k in self.kinds}
+            cached = self._images[sig] = (image, index)
+        return cached
+
+    def assemble(self, var: dict[str, bytes]) -> np.ndarray:
+        """The rank's file (header included), valid until the next call."""
+        image, index = self._image({k: len(var[k]) for k in self.kinds})
+        for k in self.kinds:
+            idx = index[k]
+            if idx.size:
+                v = var[k]
+                image[idx] = np.frombuffer(v * (idx.size // len(v)), dtype=np.uint8)
+        return image
+
+
+# ---- the exporter -----------------------------------------------------------------------------
+@dataclass
+class ChakraExport:
+    directory: Path
+    name: str
+    ranks: int
+    files: int
+    bytes_written: int
+    nodes_per_stage: list[int]
+    groups_file: Path
+    manifest_file: Path
+    seconds: float
+
+    def to_json(self) -> dict:
+        return {"schema": 1, "directory": str(self.directory), "name": self.name, "ranks": self.ranks,
+                "files": self.files, "bytes_written": self.bytes_written, "nodes_per_stage": self.nodes_per_stage,
+                "groups_file": str(self.groups_file), "manifest_file": str(self.manifest_file),
+                "seconds": self.seconds}
+
+
+def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[_Template]:
+    """One template per pipeline stage: the nodes every rank of that stage runs."""
+    pb = _pb()
+    pricer = pricer or Pricer(graph)
+    plan = graph.plan
+    p, v, m = plan.pp, plan.vpp, graph.num_microbatches
+    tp, overlap_tp = plan.tp, bool(plan.overlap_tp_comm)
+    sizes = RankLayout(plan.tp, plan.cp, plan.dp or 1, plan.pp, plan.ep).sizes()
+    segments = chunk_segments(graph)
+    programs: dict[tuple, tuple[Program, _Fragment]] = {}
+    p2p_bytes = graph.stages[0].p2p[0].comm_bytes if p > 1 else 0.0
+
+    def frag(stage: int, block: str, ph: str) -> tuple[Program, _Fragment]:
+        b = block_of(graph.stages[stage], block)
+        ops = b.fwd if ph == "F" else b.recompute + b.bwd
+        key = (id(ops) if ph == "F" else (id(b.recompute), id(b.bwd)), ph)
+        if key not in programs:
+            prog = build_program(ops, pricer, tp, overlap_tp)
+            programs[key] = (prog, _fragment(prog))
+        return programs[key]
+
+    def tag(ph: str, chunk: int, mb: int) -> int:
+        return (mb * v + chunk) * 2 + (0 if ph == "F" else 1)
+
+    templates = []
+    for i, sg in enumerate(graph.stages):
+        t = _Template(pb)
+        chunks = segments[i]
+        dpw = StageDP.of(sg, chunks, plan)
+        dp_last: list[int] = []          # the DP stream's last node (FIFO order)
+        rs_last: list[int] = []
+
+        def dp_node(name: str, op: Op, share: float, deps, stream: list[int] = dp_last) -> int:
+            nid = t.collective(name, op, share, sizes[op.group], deps, ctrl=stream[-1:])
+            stream[:] = [nid]
+            return nid
+
+        gate: dict[tuple[int, int], int] = {}
+        if dpw.gate:
+            for op, j, b in dpw.gather_order(v):
+                nid = dp_node(f"{op.name}.c{j}", op, b.share, ())
+                for s in range(b.first, b.last + 1):
+                    gate[(j, s)] = nid
+        order = stage_order(p, v, m, i)
+        frontier: list[int] = []
+        blocking: list[int] = []
+        releases = {}
+        if dpw.release:
+            for op, j, b in dpw.grad_order(order, v):
+                releases.setdefault((j, b.release), []).append((op, b))
+        grad_nodes: list[int] = []
+        for ph, j, k in order:
+            segs = chunks[j] if ph == "F" else chunks[j][::-1]
+            idxs = list(range(len(segs))) if ph == "F" else list(range(len(segs) - 1, -1, -1))
+            entry = list(frontier) + blocking
+            blocking = []
+            if (i, j) != ((0, 0) if ph == "F" else (p - 1, v - 1)):
+                direction = "fwd" if ph == "F" else "bwd"
+                entry.append(t.p2p(False, f"recv.{direction}.c{j}.mb{k}", p2p_bytes, tag(ph, j, k), direction,
+                                   frontier))
+            seg_exits: list[list[int]] = []
+            pass_start = list(entry)
+            for q, (s, si) in enumerate(zip(segs, idxs)):
+                prog, fr = frag(i, s.block, ph)
+                if ph == "F" and k == 0 and (j, si) in gate:
+                    entry.append(gate[(j, si)])
+                for op in dpw.fsdp_ops:       # FSDP: this layer's parameters, one layer of prefetch
+                    if op.collective != "all_gather" or op.phase.value != ("fwd" if ph == "F" else "bwd"):
+                        continue
+                    total = sum(segment_weight(x, op.group) for c in chunks for x in c)
+                    w = segment_weight(s, op.group)
+                    if w > 0 and total > 0:
+                        ahead = 2 if plan.overlap_param_gather else 1
+                        pre = seg_exits[q - ahead] if q >= ahead else pass_start
+                        entry.append(dp_node(f"{op.name}.{s.label}.mb{k}", op, w / total, pre))
+                ids: list[int] = []
+                for kind, steps, deps, is_entry in fr.nodes:
+                    node_deps = [ids[d] for d in deps] + (entry if is_entry else [])
+                    first = prog.steps[steps[0]]
+                    label = f"{ph}{k}.{s.label}.{first.op.name}" + (f"+{len(steps) - 1}" if len(steps) > 1 else "")
+                    if kind == "comp":
+                        # a block's first kernels continue the previous block's last ones within a pass
+                        ids.append(t.compute(label, sum(prog.steps[x].duration_s for x in steps),
+                                             sum(prog.steps[x].op.flops * prog.steps[x].fraction for x in steps),
+                                             sum(prog.steps[x].op.bytes * prog.steps[x].fraction for x in steps),
+                                             node_deps, merge=is_entry and q > 0))
+                    else:
+                        if first.part:
+                            label += ".x" if first.part == "exposed" else ".o"
+                        ids.append(t.collective(label, first.op, first.fraction, sizes[first.op.group], node_deps))
+                frontier = [ids[x] for x in fr.exits]
+                seg_exits.append(frontier)
+                entry = list(frontier)
+                if ph == "B" and k == m - 1:
+                    for op, b in releases.get((j, si), ()):
+                        grad_nodes.append(dp_node(f"{op.name}.c{j}", op, b.share, frontier))
+                for op in dpw.fsdp_ops:
+                    if op.collective == "reduce_scatter" and ph == "B":
+                        total = sum(segment_weight(x, op.group) for c in chunks for x in c)
+                        w = segment_weight(s, op.group)
+                        if w > 0 and total > 0:
+                            grad_nodes.append(dp_node(f"{op.name}.{s.label}.mb{k}", op, w / total, frontier,
+                                                      stream=rs_last))
+            nxt = next_virtual(i, j, p, v, ph == "F")
+            if nxt is not None:
+                direction = "fwd" if ph == "F" else "bwd"
+                sid = t.p2p(True, f"send.{direction}.c{nxt[1]}.mb{k}", p2p_bytes, tag(ph, nxt[1], k), direction,
+                            frontier)
+                if not plan.overlap_pp_comm:
+                    blocking.append(sid)
+        if not dpw.release:
+            for op, j, b in dpw.grad_order(order, v):
+                grad_nodes.append(dp_node(f"{op.name}.c{j}", op, b.share, frontier))
+        if dpw.optimizer is not None:
+            op = dpw.optimizer
+            frontier = [t.compute("optimizer.adam", pricer.time(op), op.flops, op.bytes,
+                                  frontier + blocking + grad_nodes[-1:] + rs_last)]
+        if dpw.gather_ops and not dpw.gate:
+            for op in dpw.gather_ops:
+                dp_node(op.name, op, 1.0, frontier)
+        templates.append(t)
+    return templates
+
+
+def _attr(pb, **kw) -> bytes:
+    payload = pb.AttributeProto(**kw).SerializeToString()
+    return _ATTR_FIELD + _varint(len(payload)) + payload
+
+
+def write_chakra(graph: WorkloadGraph, out_dir: str | Path, name: str = "workload", pricer: Pricer | None = None,
+                 progress: Callable[[int, int], None] | None = None) -> ChakraExport:
+    """Write ``out_dir/<name>.<rank>.et`` for every rank, the communicator groups
+    (``<name>.groups.json``) and a manifest (``<name>.manifest.json``)."""
+    t0 = time.perf_counter()
+    pb = _pb()
+    if not name or any(c in name for c in "/\\") or name.startswith("."):
+        raise DataError("name", f"{name!r} is not a file-name prefix", "give a plain name such as 'workload'")
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise DataError("out", f"{str(out)!r} is a file", "give a directory for the per-rank traces")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DataError("out", f"cannot create {str(out)!r} ({e.strerror or e})",
+                        "choose a writable directory") from None
+    if not out.is_dir():
+        raise DataError("out", f"{str(out)!r} is not a directory", "give a directory for the per-rank traces")
+    plan = graph.plan
+    layout = RankLayout(plan.tp, plan.cp, plan.dp or 1, plan.pp, plan.ep)
+    templates = build_templates(graph, pricer)
+    kinds = sorted({n.hole[3:] for t in templates for n in t.nodes if n.hole.startswith("pg:")},
+                   key=GROUP_KINDS.index)
+    groups = GroupIds(layout, kinds)
+    meta = pb.GlobalMetadata(version=SCHEMA_VERSION)
+    meta.attr.extend([pb.AttributeProto(name="producer", string_val="clustertwin"),
+                      pb.AttributeProto(name="model", string_val=graph.job.model.name),
+                      pb.AttributeProto(name="plan", string_val=plan.short()),
+                      pb.AttributeProto(name="world_size", int64_val=layout.world)])
+    header = _record(meta.SerializeToString())
+    splicers = [_Splicer(t.serialize(), header) for t in templates]
+    pg_cache: dict[int, bytes] = {}
+
+    def pg(gid: int) -> bytes:
+        b = pg_cache.get(gid)
+        if b is None:
+            b = pg_cache[gid] = _attr(pb, name="pg_name", string_val=str(gid))
+        return b
+
+    def peers(src: int, dst: int) -> bytes:
+        return _attr(pb, name="comm_src", int32_val=src) + _attr(pb, name="comm_dst", int32_val=dst)
+
+    S, p = layout.stage_stride, layout.pp
+    total_bytes = 0
+    n = layout.world
+    for r in range(n):
+        stage = r // S
+        nxt = r + ((stage + 1) % p - stage) * S
+        prv = r + ((stage - 1) % p - stage) * S
+        var = {f"pg:{k}": pg(groups.id(k, r)) for k in groups.kinds}
+        if p > 1:
+            var["send:fwd"] = peers(r, nxt)
+            var["send:bwd"] = peers(r, prv)
+            var["recv:fwd"] = peers(prv, r)
+            var["recv:bwd"] = peers(nxt, r)
+        data = splicers[stage].assemble(var)
+        path = out / f"{name}.{r}.et"
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise DataError("out", f"cannot write {str(path)!r} ({e.strerror or e})",
+                            "check the directory and free space") from None
+        total_bytes += data.size
+        if progress is not None and (r % 1024 == 0 or r == n - 1):
+            progress(r + 1, n)
+    groups_file = out / f"{name}.groups.json"
+    groups_file.write_text(json.dumps(groups.table()) + "\n", encoding="utf-8")
+    manifest = out / f"{name}.manifest.json"
+    manifest.write_text(json.dumps({
+        "schema": 1,
+        "format": "chakra-et",
+        "chakra_schema_version": SCHEMA_VERSION,
+        "prefix": name,
+        "files": f"{name}.<rank>.et",
+        "ranks": n,
+        "comm_group_configuration": groups_file.name,
+        "model": graph.job.model.name,
+        "plan": plan.short(),
+        "num_microbatches": graph.num_microbatches,
+        "rank_order": ["tp", "cp", "dp", "pp"],
+        "group_sizes": {k: layout.sizes()[k] for k in groups.kinds},
+        "nodes_per_stage": [len(t.nodes) for t in templates],
+    }, indent=2) + "\n", encoding="utf-8")
+    return ChakraExport(out, name, n, n, total_bytes, [len(t.nodes) for t in templates], groups_file, manifest,
+                        time.perf_counter() - t0)
+
+
+def read_trace(path: str | Path) -> tuple[object, list]:
+    """Decode one trace file with the package's own reader: (GlobalMetadata, [Node, ...])."""
+    pb = _pb()
+    from chakra.src.third_party.utils.protolib import decodeMessage, openFileRd
+    f = openFileRd(str(path))
+    try:
+        meta = pb.GlobalMetadata()
+        decodeMessage(f, meta)
+        nodes = []
+        while True:
+            node = pb.Node()
+            if not decodeMessage(f, node):
+                break
+            nodes.append(node)
+    finally:
+        f.close()
+    return meta, nodes
+
+
+__all__ = ["write_chakra", "build_templates", "read_trace", "ChakraExport", "RankLayout", "GroupIds",
+           "ChakraUnavailable", "SCHEMA_VERSION"]
