@@ -85,6 +85,17 @@ class Prediction:
     def fits(self) -> bool:
         return self.memory.fits
 
+    def moe_routing(self) -> dict[str, Any]:
+        """Routing imbalance of the MoE layers: the busiest EP rank's load over the mean, tokens dropped."""
+        from .workload.moe import load_factor
+        plan, c = self.graph.plan, self.graph.context
+        factor, dropped = (1.0, 0.0)
+        if plan.ep > 1:
+            factor, dropped = load_factor(plan.moe_routing, plan.moe_placement, c.num_experts, c.top_k, plan.ep,
+                                          max(1, c.tokens // c.tp), plan.moe_capacity_factor)
+        return {"routing": plan.moe_routing, "placement": plan.moe_placement, "load_factor": factor,
+                "dropped_fraction": dropped, "imbalance_s": self.breakdown_s.get("moe_imbalance", 0.0)}
+
     def to_json(self) -> dict[str, Any]:
         mem = {k: float(v) for k, v in self.memory.breakdown_bytes.items()}
         mem["total"] = float(self.memory.total_bytes)
@@ -102,6 +113,7 @@ class Prediction:
             "fits": self.fits,
             "num_microbatches": self.graph.num_microbatches,
             "bubble_fraction": self.step.breakdown_s["bubble"] / self.step_time_s,
+            **({"moe": self.moe_routing()} if self.job.model.is_moe else {}),
             "inputs": {
                 "model": job.model.model_dump(exclude_defaults=False),
                 "cluster": {"name": job.cluster.name, "gpu": job.cluster.gpu.name, "num_gpus": job.cluster.num_gpus,

@@ -21,8 +21,8 @@ from ..specs.hardware import ClusterSpec
 from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, expert_tp
 from ..workload.ops import Op, OpKind, Phase, is_score_gemm
 
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "bubble",
-                  "optimizer", "other")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance", "pp_comm", "dp_comm",
+                  "bubble", "optimizer", "other")
 
 # Megatron-Core buckets gradients (bucket_size = max(40M, 1M x dp) elements); the last bucket's
 # reduction starts only when the backward ends, so it is never hidden.
@@ -38,6 +38,7 @@ class StageTime:
     tp_s: float = 0.0
     cp_s: float = 0.0
     ep_s: float = 0.0
+    moe_imbalance_s: float = 0.0    # what the busiest EP rank adds to expert GEMMs and all-to-alls
     pp_s: float = 0.0
     fsdp_s: float = 0.0
     dp_sync_s: float = 0.0          # gradient reduction (total, before overlap)
@@ -50,7 +51,8 @@ class StageTime:
 
     @property
     def per_microbatch_s(self) -> float:
-        return self.fwd_s + self.bwd_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.fsdp_s
+        return (self.fwd_s + self.bwd_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.fsdp_s
+                + self.moe_imbalance_s)
 
 
 @dataclass
@@ -107,9 +109,12 @@ class Pricer:
         self.groups = group_placements(plan, cluster.gpus_per_node)
 
     def time(self, op: Op) -> float:
+        """Seconds of ``op`` on the rank that takes longest (MoE ops on the busiest EP rank)."""
         if op.is_comm:
-            return self.network.time(op.collective, op.comm_bytes, self.groups[op.group])
-        return self.compute.time(op)
+            t = self.network.time(op.collective, op.comm_bytes, self.groups[op.group])
+        else:
+            t = self.compute.time(op)
+        return t * op.extra["load_factor"] if op.extra else t
 
 
 def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: bool = True) -> tuple[float, float]:
@@ -124,6 +129,10 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: boo
         t = pricer.time(op) * rep
         if record:
             st.op_times[f"{phase.value}:{op.name}"] = st.op_times.get(f"{phase.value}:{op.name}", 0.0) + t
+        if op.extra:  # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
+            extra = t - t / op.extra["load_factor"]
+            st.moe_imbalance_s += extra
+            t -= extra
         if op.is_comm:
             if op.group == "tp":
                 if op.overlappable:
@@ -299,6 +308,7 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "tp_comm": m * cs("tp_s"),
         "cp_comm": m * cs("cp_s"),
         "ep_comm": m * cs("ep_s"),
+        "moe_imbalance": m * cs("moe_imbalance_s"),
         "pp_comm": pp_comm,
         "dp_comm": dp_exposed + m * cs("fsdp_s"),
         "bubble": bubble,

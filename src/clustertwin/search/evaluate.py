@@ -35,7 +35,7 @@ from .space import SearchSpace, Structure
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
-           "attn_rc")
+           "attn_rc", "moe_imb")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
 
@@ -199,11 +199,13 @@ class Evaluator:
             if rc is None:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer, record=False)
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer, record=False)
-                out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0)
+                out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
+                          st.moe_imbalance_s)
             else:
                 ops = _recompute_ops(rc, f, core)
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer, record=False)
-                out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r)
+                out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
+                          st.moe_imbalance_s)
         return out
 
     # ---- layouts -----------------------------------------------------------------------------
@@ -376,7 +378,7 @@ class Evaluator:
                 return out if isinstance(out, np.ndarray) else np.zeros(len(rows))
 
             st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
-                           ep_s=total("ep_s"))
+                           ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"))
             st.cp_s = (exposed_cp(total("cp_fwd"), total("attn_fwd")) + exposed_cp(total("cp_bwd"), total("attn_bwd"))
                        + exposed_cp(total("cp_rc"), total("attn_rc")))
             st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))
@@ -433,7 +435,8 @@ class Evaluator:
             stage_times = []
             for k, base in enumerate(base_classes):
                 st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
-                               tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, pp_s=pp_s, dp_sync_s=sync[k],
+                               tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
+                               pp_s=pp_s, dp_sync_s=sync[k],
                                param_gather_s=gather[k], optimizer_s=opt[k], cp_hidden_fwd_s=base.cp_hidden_fwd_s,
                                cp_hidden_bwd_s=base.cp_hidden_bwd_s)
                 st.fsdp_s = exposed_fsdp(fsdp[k], st.fwd_s, st.bwd_s, opg, st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)

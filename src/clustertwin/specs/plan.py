@@ -37,6 +37,10 @@ class Plan(Frozen):
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="sequences per micro-batch per DP rank")
     global_batch: int | None = Field(None, gt=0, le=1_000_000_000, description="sequences per iteration")
     recompute: Recompute = "none"
+    moe_routing: str = Field("uniform", min_length=1, max_length=4096,
+                             description="uniform | zipf:S | a histogram file (tokens per expert)")
+    moe_placement: Literal["sequential", "balanced"] = Field("sequential", description="experts to EP ranks")
+    moe_capacity_factor: float | None = Field(None, gt=0, le=1000, description="drop tokens beyond c x mean per rank")
     attention_kernel: Literal["flash", "unfused"] | None = Field(
         None, description="flash (fused, no s^2 tensors) or unfused (bmm + fused softmax); None = framework default")
     precision: Precision = "bf16"

@@ -11,6 +11,7 @@ from ..specs import TrainingJob, stage_layer_split
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan
 from .ops import Op, OpKind, Phase
+from .moe import load_factor
 from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops
 
 
@@ -115,7 +116,18 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         experts_local=model.moe_num_experts // plan.ep if model.is_moe else 0, top_k=model.moe_top_k,
         ep=plan.ep, expert_ffn=model.expert_ffn // etp if model.is_moe else 0,
         shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
+        moe_load_factor=_moe_load(model, plan, seq_len),
     )
+
+
+def _moe_load(model: ModelSpec, plan, seq_len: int) -> float:
+    if not model.is_moe or plan.ep <= 1:
+        return 1.0
+    tokens = plan.micro_batch * seq_len // plan.cp // plan.tp
+    factor, _ = load_factor(getattr(plan, "moe_routing", "uniform"), getattr(plan, "moe_placement", "sequential"),
+                            model.moe_num_experts, model.moe_top_k, plan.ep, max(1, tokens),
+                            getattr(plan, "moe_capacity_factor", None))
+    return factor
 
 
 def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...]) -> tuple[Op, ...]:

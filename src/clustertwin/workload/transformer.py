@@ -7,7 +7,7 @@ FlashAttention's backward does 2.5x the forward FLOPs (5 GEMMs against 2; Dao 20
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .ops import Op, OpKind, Phase
@@ -50,6 +50,7 @@ class LayerContext:
     shared_ffn: int = 0     # shared expert width on this rank
     num_experts: int = 0
     mla: tuple[int, ...] = ()   # (q_lora_rank or 0, kv_lora_rank, qk_rope_head_dim) when MLA
+    moe_load_factor: float = 1.0  # busiest EP rank's tokens over the mean (routing imbalance)
 
     @property
     def norm_rows(self) -> int:
@@ -205,6 +206,7 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
         fwd.append(collective("moe.dispatch", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
     per_expert = max(1, routed // max(1, c.experts_local))
     e_fwd, e_bwd = _mlp(c, "moe.expert", c.expert_ffn, per_expert, layer, batch=c.experts_local)
+    e_fwd, e_bwd = _loaded(e_fwd, c.moe_load_factor), _loaded(e_bwd, c.moe_load_factor)
     fwd += e_fwd
     bwd: list[Op] = []
     if c.ep > 1:
@@ -216,11 +218,22 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     if c.ep > 1:
         bwd.append(collective("moe.dispatch.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
     bwd += bwd_tail
+    fwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _loaded([op], c.moe_load_factor)[0]
+           for op in fwd]
+    bwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _loaded([op], c.moe_load_factor)[0]
+           for op in bwd]
     if c.shared_ffn:
         s_fwd, s_bwd = _mlp(c, "moe.shared", c.shared_ffn, c.tokens, layer)
         fwd += s_fwd
         bwd = s_bwd + bwd
     return fwd, bwd
+
+
+def _loaded(ops: list[Op], factor: float) -> list[Op]:
+    """Ops that the busiest EP rank runs ``factor`` times longer (priced balanced, then scaled)."""
+    if factor == 1.0:
+        return ops
+    return [replace(op, extra={"load_factor": factor}) for op in ops]
 
 
 def _qkv(c: LayerContext, layer: str) -> list[Op]:
