@@ -52,11 +52,9 @@ def _main(ctx: typer.Context,
 
 
 # ---- shared options ---------------------------------------------------------------------------
-ModelOpt = typer.Option(None, "--model", "-m", help="catalog name or a YAML/JSON/HF config.json file [default: llama3-8b]")
-GpuOpt = typer.Option(None, "--gpu", help="GPU preset, e.g. h100, a100-80gb [default: h100-sxm]")
-NumGpusOpt = typer.Option(None, "--num-gpus", "-n", help="GPUs in the job [default: 64, or the cluster's size]")
-GpnOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU's standard server)")
-ClusterOpt = typer.Option(None, "--cluster", help="cluster preset or YAML/JSON file (instead of --gpu)")
+# ---- shared options ---------------------------------------------------------------------------
+from .cli_options import (ClusterOpt, FrameworkOpt, GlobalBatchOpt, GpnOpt, GpuOpt, MicroBatchOpt,  # noqa: E402
+                          ModelOpt, NumGpusOpt, PlanOpt, PrecisionOpt, SeqLenOpt)
 
 
 @app.command()
@@ -120,14 +118,9 @@ def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clust
 @app.command()
 def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
             gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt,
-            plan: Optional[str] = typer.Option(None, "--plan", "-p",
-                                               help='e.g. "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective"'),
-            micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="sequences per micro-batch"),
-            global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per iteration"),
-            seq_len: Optional[int] = typer.Option(None, "--seq-len", help="tokens per sequence"),
-            precision: Optional[str] = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
-            framework: str = typer.Option("megatron", "--framework",
-                                          help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile"),
+            plan: Optional[str] = PlanOpt, micro_batch: Optional[int] = MicroBatchOpt,
+            global_batch: Optional[int] = GlobalBatchOpt, seq_len: Optional[int] = SeqLenOpt,
+            precision: Optional[str] = PrecisionOpt, framework: str = FrameworkOpt,
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
     """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
     from .predict import (DEFAULT_GLOBAL_BATCH, DEFAULT_MICRO_BATCH, DEFAULT_MODEL, DEFAULT_PLAN, DEFAULT_SEQ_LEN,
@@ -169,6 +162,7 @@ def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the 
 _SUBCOMMAND_MODULES: list[str] = [
     "clustertwin.export.cli",
     "clustertwin.reliability.cli",
+    "clustertwin.report.cli",
     "clustertwin.search.cli",
 ]
 

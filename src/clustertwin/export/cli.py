@@ -23,23 +23,15 @@ class TraceFormat(str, Enum):
     json = "json"
 
 
+from ..cli_options import (ClusterOpt, FrameworkOpt, GlobalBatchOpt, GpnOpt, GpuOpt,  # noqa: E402
+                           MicroBatchOpt, ModelOpt, NumGpusOpt, PlanOpt, PrecisionOpt, SeqLenOpt)
+
+
 class Detail(str, Enum):
     op = "op"
     layer = "layer"
 
 
-ModelOpt = typer.Option(None, "--model", "-m", help="catalog name or a YAML/JSON/HF config.json file [default: llama3-8b]")
-GpuOpt = typer.Option(None, "--gpu", help="GPU preset, e.g. h100, a100-80gb [default: h100-sxm]")
-NumGpusOpt = typer.Option(None, "--num-gpus", "-n", help="GPUs in the job [default: 64, or the cluster's size]")
-GpnOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU's standard server)")
-ClusterOpt = typer.Option(None, "--cluster", help="cluster preset or YAML/JSON file (instead of --gpu)")
-PlanOpt = typer.Option(None, "--plan", "-p", help='e.g. "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective"')
-MicroBatchOpt = typer.Option(None, "--micro-batch", help="sequences per micro-batch")
-GlobalBatchOpt = typer.Option(None, "--global-batch", help="sequences per iteration")
-SeqLenOpt = typer.Option(None, "--seq-len", help="tokens per sequence")
-PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32")
-FrameworkOpt = typer.Option("megatron", "--framework",
-                            help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile")
 RanksOpt = typer.Option(None, "--ranks", help='global ranks shown in the timeline, e.g. "0,8,16" [default: one per stage]')
 DetailOpt = typer.Option(Detail.op, "--detail", help="timeline events per op, or one per layer (smaller files)")
 

@@ -6,6 +6,8 @@ from typing import List, Optional
 
 import typer
 
+from .. import cli_options as opts
+
 from ..errors import SpecError
 
 
@@ -34,17 +36,12 @@ def register(app: typer.Typer) -> None:
     from .. import cli as base
 
     @app.command()
-    def goodput(model: Optional[str] = base.ModelOpt, gpu: Optional[str] = base.GpuOpt,
-                num_gpus: Optional[int] = base.NumGpusOpt, gpus_per_node: Optional[int] = base.GpnOpt,
-                cluster: Optional[str] = base.ClusterOpt,
-                plan: Optional[str] = typer.Option(None, "--plan", "-p",
-                                                   help='e.g. "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective"'),
-                micro_batch: Optional[int] = typer.Option(None, "--micro-batch", help="sequences per micro-batch"),
-                global_batch: Optional[int] = typer.Option(None, "--global-batch", help="sequences per iteration"),
-                seq_len: Optional[int] = typer.Option(None, "--seq-len", help="tokens per sequence"),
-                precision: Optional[str] = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32"),
-                framework: str = typer.Option("megatron", "--framework",
-                                              help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile"),
+    def goodput(model: Optional[str] = opts.ModelOpt, gpu: Optional[str] = opts.GpuOpt,
+                num_gpus: Optional[int] = opts.NumGpusOpt, gpus_per_node: Optional[int] = opts.GpnOpt,
+                cluster: Optional[str] = opts.ClusterOpt,
+                plan: Optional[str] = opts.PlanOpt, micro_batch: Optional[int] = opts.MicroBatchOpt,
+                global_batch: Optional[int] = opts.GlobalBatchOpt, seq_len: Optional[int] = opts.SeqLenOpt,
+                precision: Optional[str] = opts.PrecisionOpt, framework: str = opts.FrameworkOpt,
                 tokens: str = typer.Option(..., "--tokens", help='tokens to train, e.g. 15T or 1.5e12'),
                 checkpoint_interval: str = typer.Option("auto", "--checkpoint-interval",
                                                         help="auto (the goodput-optimal interval) or a duration, e.g. 30min"),

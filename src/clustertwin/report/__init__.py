@@ -1,1 +1,1 @@
-"""Presentation: console tables (rich) now, HTML (plotly) later."""
+"""Presentation: console tables (rich) and the self-contained HTML report (plotly)."""

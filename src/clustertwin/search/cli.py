@@ -91,8 +91,17 @@ def print_result(r: SearchResult, con: Console = console) -> None:
         con.print(pt)
 
 
+def _busy(text: str, quiet: bool):
+    """A spinner on a terminal's stderr while a search runs (it reports no finer progress)."""
+    from contextlib import nullcontext
+    err = Console(stderr=True)
+    if quiet or not err.is_terminal:
+        return nullcontext()
+    return err.status(text)
+
+
 def register(app: typer.Typer) -> None:
-    from ..cli import ClusterOpt, GpnOpt, GpuOpt, NumGpusOpt
+    from ..cli_options import ClusterOpt, GpnOpt, GpuOpt, NumGpusOpt
 
     @app.command("search")
     def search_cmd(
@@ -113,12 +122,14 @@ def register(app: typer.Typer) -> None:
                                                            help="USD per GPU-hour (needed by --objective cost)"),
             pareto_points: int = typer.Option(3, "--pareto-points",
                                               help="GPU counts in the Pareto view: N, N/2, ... (1: none)"),
-            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)"),
+            quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress indicator")) -> None:
         """Find the best parallel plans: every valid plan enumerated, what cannot run pruned, the rest ranked."""
-        r = search(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                   global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework,
-                   fix=fix, max_memory_fraction=max_memory_fraction, top=top, objective=objective,
-                   tokens=parse_tokens(tokens), gpu_hour_price=gpu_hour_price, pareto_points=pareto_points)
+        with _busy("searching plans", quiet or as_json):
+            r = search(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
+                       global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework,
+                       fix=fix, max_memory_fraction=max_memory_fraction, top=top, objective=objective,
+                       tokens=parse_tokens(tokens), gpu_hour_price=gpu_hour_price, pareto_points=pareto_points)
         if as_json:
             sys.stdout.write(json.dumps(r.to_json(), indent=2, default=float) + "\n")
             return
@@ -133,12 +144,13 @@ def register(app: typer.Typer) -> None:
             executor: str = typer.Option("local", "--executor", help="local (processes) | ray"),
             workers: Optional[int] = typer.Option(None, "--workers", help="local processes [default: CPUs]"),
             ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster to join [default: local]"),
-            as_json: bool = typer.Option(False, "--json", help="print a JSON summary")) -> None:
+            as_json: bool = typer.Option(False, "--json", help="print a JSON summary"),
+            quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")) -> None:
         """Run a grid of searches; restartable: finished cells are never redone nor duplicated."""
         from .sweep import load_spec, run_sweep
         sw = load_spec(spec)
         summary = run_sweep(sw, output, executor=executor, workers=workers, ray_address=ray_address,
-                            progress=not as_json)
+                            progress=not (as_json or quiet))
         if as_json:
             sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
             return

@@ -1,0 +1,122 @@
+"""`clustertwin report`: one self-contained HTML page (plotly) of a plan, and its data as JSON."""
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, List, Optional
+
+import typer
+
+from .. import cli_options as opts
+from rich.console import Console
+
+from ..errors import SpecError
+
+err_console = Console(stderr=True)
+
+
+@contextmanager
+def _progress(quiet: bool) -> Iterator:
+    """A progress bar over the report's steps on a terminal (stderr); nothing with --quiet or when piped."""
+    from .html import STEPS
+    if quiet or not err_console.is_terminal:
+        yield lambda name: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    with Progress(SpinnerColumn(), TextColumn("report: {task.description:<9}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
+        task = bar.add_task("start", total=len(STEPS) + 1)
+
+        def step(name: str) -> None:
+            bar.update(task, completed=STEPS.index(name), description=name)
+        yield step
+        bar.update(task, completed=len(STEPS), description="page")
+
+
+def register(app: typer.Typer) -> None:
+    from .. import cli as base
+
+    @app.command("report")
+    def report_cmd(
+            model: Optional[str] = opts.ModelOpt, gpu: Optional[str] = opts.GpuOpt,
+            num_gpus: Optional[int] = opts.NumGpusOpt, gpus_per_node: Optional[int] = opts.GpnOpt,
+            cluster: Optional[str] = opts.ClusterOpt,
+            plan: Optional[str] = typer.Option(None, "--plan", "-p",
+                                               help='the plan to report [default: the search\'s best], e.g. "tp=8,pp=4,sp=1"'),
+            micro_batch: Optional[int] = opts.MicroBatchOpt, global_batch: Optional[int] = opts.GlobalBatchOpt,
+            seq_len: Optional[int] = opts.SeqLenOpt, precision: Optional[str] = opts.PrecisionOpt,
+            framework: str = opts.FrameworkOpt,
+            # search
+            no_search: bool = typer.Option(False, "--no-search", help="leave out the search landscape (needs --plan)"),
+            top: int = typer.Option(10, "--top", help="best plans marked in the landscape"),
+            objective: str = typer.Option("time", "--objective", help="time | cost | goodput"),
+            fix: Optional[str] = typer.Option(None, "--fix", help='plan fields held fixed in the search, e.g. "tp=8"'),
+            max_memory_fraction: float = typer.Option(1.0, "--max-memory-fraction",
+                                                      help="share of each GPU's memory a plan may use"),
+            pareto_points: int = typer.Option(3, "--pareto-points", help="GPU counts in the Pareto view: N, N/2, ..."),
+            gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price", help="USD per GPU-hour (cost)"),
+            sample: int = typer.Option(20_000, "--sample", help="feasible plans scattered in the landscape (at most)"),
+            seed: int = typer.Option(0, "--seed", help="random seed of the landscape's sample"),
+            # goodput
+            tokens: Optional[str] = typer.Option(None, "--tokens",
+                                                 help="tokens to train, e.g. 15T [default: 20 per parameter]"),
+            checkpoint_interval: str = typer.Option("auto", "--checkpoint-interval",
+                                                    help="auto (the goodput-optimal interval) or a duration, e.g. 30min"),
+            mtbf: Optional[str] = typer.Option(None, "--mtbf", help="job MTBF of unplanned failures, e.g. 3h"),
+            failure_model: str = typer.Option("llama3", "--failure-model",
+                                              help="llama3 | kokolis-rsc1 | kokolis-rsc2 | opt-175b | a YAML file"),
+            failure_rate: Optional[List[str]] = typer.Option(None, "--failure-rate",
+                                                             help="CLASS=RATE per unit-hour (repeatable)"),
+            no_planned: bool = typer.Option(False, "--no-planned", help="leave out planned interruptions"),
+            checkpoint_mode: str = typer.Option("sync", "--checkpoint-mode", help="sync | async | in-memory"),
+            checkpoint_writers: str = typer.Option("all", "--checkpoint-writers", help="all | dp-rank-0"),
+            storage_bandwidth: Optional[str] = typer.Option(None, "--storage-bandwidth",
+                                                            help="aggregate storage bandwidth, e.g. 2TB/s"),
+            node_storage_bandwidth: Optional[str] = typer.Option(None, "--node-storage-bandwidth",
+                                                                 help="per-node path to storage, e.g. 400Gbps"),
+            hot_spares: Optional[int] = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones"),
+            no_stragglers: bool = typer.Option(False, "--no-stragglers", help="leave out per-GPU speed variation"),
+            # output
+            out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML page to write"),
+            json_out: Optional[Path] = typer.Option(None, "--json", help="also write the page's data as JSON (- for stdout)"),
+            quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")) -> None:
+        """One self-contained HTML page of a plan: step-time breakdown, memory against HBM, the search
+        landscape, goodput against checkpoint interval and a pipeline timeline."""
+        from ..reliability.cli import _parse_rates
+        from .html import build_report, dumps, render_html, require_plotly, write_text
+        require_plotly()  # before any work: a missing extra is one line
+        if hot_spares is not None and hot_spares < 0:
+            raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
+        if str(out) == "-":
+            raise SpecError("out", "the page goes to a file", "give a file name, e.g. --out report.html")
+        options = dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
+                       planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
+                       checkpoint_mode=checkpoint_mode.strip().lower(),
+                       checkpoint_writers=checkpoint_writers.strip().lower(),
+                       storage_write_bandwidth_bytes_per_s=storage_bandwidth,
+                       storage_read_bandwidth_bytes_per_s=storage_bandwidth,
+                       node_storage_bandwidth_bytes_per_s=node_storage_bandwidth, hot_spares=hot_spares,
+                       stragglers=not no_stragglers)
+        with _progress(quiet) as step:
+            data = build_report(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
+                                plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                                precision=precision, framework=framework, tokens=tokens, goodput_options=options,
+                                search=not no_search, top=top, objective=objective, fix=fix,
+                                max_memory_fraction=max_memory_fraction, pareto_points=pareto_points,
+                                gpu_hour_price=gpu_hour_price, sample=sample, seed=seed, on_step=step)
+            page = render_html(data)
+        path = write_text(out, page, "out")
+        if json_out is not None:
+            if str(json_out) == "-":
+                sys.stdout.write(dumps(data))
+            else:
+                write_text(json_out, dumps(data), "json")
+        if json_out is not None and str(json_out) == "-":
+            return
+        j, s = data["job"], data["summary"]
+        good = f" · goodput {s['goodput'] * 100:.1f}%" if s.get("goodput") is not None else ""
+        base.console.print(f"wrote {path} ({len(page.encode()) / 1e6:.1f} MB): {j['model']} on {j['num_gpus']:,} x "
+                           f"{j['gpu']} · {j['plan_text']} · step {s['step_time_s']:.3g} s · MFU {s['mfu'] * 100:.1f}%"
+                           + good + (f"; data in {json_out}" if json_out is not None else ""), highlight=False,
+                           soft_wrap=True)
