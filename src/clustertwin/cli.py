@@ -121,6 +121,8 @@ def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gp
             plan: Optional[str] = PlanOpt, micro_batch: Optional[int] = MicroBatchOpt,
             global_batch: Optional[int] = GlobalBatchOpt, seq_len: Optional[int] = SeqLenOpt,
             precision: Optional[str] = PrecisionOpt, framework: str = FrameworkOpt,
+            profile: Optional[Path] = typer.Option(None, "--profile",
+                                                   help="measured hardware profile (clustertwin calibrate)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
     """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
     from .predict import (DEFAULT_GLOBAL_BATCH, DEFAULT_MICRO_BATCH, DEFAULT_MODEL, DEFAULT_PLAN, DEFAULT_SEQ_LEN,
@@ -134,7 +136,7 @@ def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gp
         seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
     pred = run_predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                        plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                       precision=precision, framework=framework)
+                       precision=precision, framework=framework, profile=profile)
     if as_json:
         _emit_json(pred.to_json())
         return
@@ -160,6 +162,7 @@ def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the 
 # ---- commands of the subpackages: each module defines register(app) ----------------------------
 # (one line per subpackage; keep this block sorted)
 _SUBCOMMAND_MODULES: list[str] = [
+    "clustertwin.calibrate.cli",
     "clustertwin.export.cli",
     "clustertwin.reliability.cli",
     "clustertwin.report.cli",

@@ -162,7 +162,16 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
     return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
 
 
-def predict_job(job: TrainingJob, profile: HardwareProfile | None = None) -> Prediction:
+def resolve_profile(profile: HardwareProfile | str | Path | None, job: TrainingJob) -> HardwareProfile | None:
+    """A HardwareProfile as given, or one read from a measured profile file (``clustertwin calibrate``)."""
+    if profile is None or isinstance(profile, HardwareProfile):
+        return profile
+    from .calibrate.profile import load_profile
+    return load_profile(profile).to_hardware_profile(job.cluster.gpu)
+
+
+def predict_job(job: TrainingJob, profile: HardwareProfile | str | Path | None = None) -> Prediction:
+    profile = resolve_profile(profile, job)
     graph = build_graph(job)
     return Prediction(job, graph, estimate_step(graph, profile), estimate_memory(graph))
 
@@ -171,8 +180,10 @@ def predict(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str | None = 
             cluster: str | ClusterSpec | None = None, gpus_per_node: int | None = None,
             plan: str | Plan | None = None, micro_batch: int | None = None, global_batch: int | None = None,
             seq_len: int | None = None, precision: str | None = None, framework: str = "megatron",
-            profile: HardwareProfile | None = None) -> Prediction:
-    """Predict one training iteration. Every argument has a default (Llama 3 8B on 64 H100s)."""
+            profile: HardwareProfile | str | Path | None = None) -> Prediction:
+    """Predict one training iteration. Every argument has a default (Llama 3 8B on 64 H100s).
+    ``profile``: a HardwareProfile or a measured profile file; default: the GPU's shipped profile,
+    else its architecture's defaults."""
     job = make_training_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                             plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                             precision=precision, framework=framework)

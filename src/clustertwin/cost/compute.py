@@ -51,6 +51,9 @@ class ComputePricer:
 
     def gemm_time(self, op: Op) -> float:
         batch, m, n, k = op.shape
+        tables = self.profile.tables
+        if tables is not None and tables.has_gemm(op.dtype):
+            return self._measured_gemm_time(op, tables)
         eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"])
         chunks = self.tp_overlap_chunks if (op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name)
                                             and not op.name.startswith("moe.")) else 1
@@ -65,13 +68,32 @@ class ComputePricer:
                                          self.profile.k_half)
         return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
 
+    def _gemm_chunks(self, op: Op) -> int:
+        return self.tp_overlap_chunks if (op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name)
+                                          and not op.name.startswith("moe.")) else 1
+
+    def _measured_gemm_time(self, op: Op, tables) -> float:
+        """A GEMM priced from a measured (M, N, K) table: a batched GEMM counts as batch x M rows."""
+        batch, m, n, k = op.shape
+        chunks = self._gemm_chunks(op)
+        if chunks > 1:
+            wgrad = op.name.endswith(".wgrad")
+            m, k = (m, max(1, k // chunks)) if wgrad else (max(1, m // chunks), k)
+        eff = tables.gemm_efficiency(op.dtype, batch * m, n, k)
+        return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
+
     def attention_time(self, op: Op) -> float:
         b, heads, s_q, s_kv, dqk, dv = op.shape
         p = self.profile
-        eff = p.attention_bwd_efficiency if op.phase.value == "bwd" else p.attention_fwd_efficiency
         rows = s_kv / self.attention_chunks
-        eff *= rows / (rows + p.attention_seq_half)          # short rows do not fill the pipeline
-        eff *= min(1.0, (max(dqk, dv) / 128.0)) ** 0.5       # head dim 64 runs ~70-80% as fast as 128
+        measured = None if p.tables is None else p.tables.attention_efficiency(op.phase.value == "bwd", rows,
+                                                                                 max(dqk, dv))
+        if measured is not None:  # a measured (key length, head dim) table
+            eff = measured
+        else:
+            eff = p.attention_bwd_efficiency if op.phase.value == "bwd" else p.attention_fwd_efficiency
+            eff *= rows / (rows + p.attention_seq_half)          # short rows do not fill the pipeline
+            eff *= min(1.0, (max(dqk, dv) / 128.0)) ** 0.5       # head dim 64 runs ~70-80% as fast as 128
         # fill: few (batch x heads x query tiles) blocks leave SMs idle
         blocks = b * heads * math.ceil(s_q / 128)
         eff *= min(1.0, blocks / self.gpu.sm_count) if blocks < self.gpu.sm_count else 1.0
@@ -86,7 +108,7 @@ class ComputePricer:
         elif op.kind == OpKind.ATTENTION:
             t = self.attention_time(op)
         else:  # elementwise, embedding, optimizer: memory bound
-            t = op.bytes / self.mem_bw
+            t = self._memory_time(op.bytes, "adamw" if op.kind == OpKind.OPTIMIZER else "elementwise")
         kernels = OPTIMIZER_KERNELS if op.kind == OpKind.OPTIMIZER else 1
         t = self._launch_bound(t, kernels)
         self._cache[op] = t
@@ -98,4 +120,11 @@ class ComputePricer:
 
     def memory_bound_time(self, nbytes, kernels: int = 1):
         """What ``time`` gives memory-bound ops moving ``nbytes`` (floats or arrays of many ops)."""
-        return self._launch_bound(nbytes / self.mem_bw, kernels)
+        return self._launch_bound(self._memory_time(nbytes, "elementwise"), kernels)
+
+    def _memory_time(self, nbytes, kernel: str):
+        """Bytes over HBM bandwidth; with a measured table, at the bandwidth measured for that size."""
+        table = None if self.profile.tables is None else self.profile.tables.memory_table(kernel)
+        if table is None:
+            return nbytes / self.mem_bw
+        return nbytes / (self.gpu.hbm_bandwidth_bytes_per_s * table.vectorized(nbytes))

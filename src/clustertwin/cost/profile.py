@@ -25,8 +25,12 @@ Published figures used for the defaults (architecture level):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from ..specs.hardware import GPUSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..calibrate.profile import MeasuredTables
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,8 @@ class HardwareProfile:
     nic_efficiency: float = 0.92         # NCCL bus bandwidth / line rate, inter-node
     source: str = "architecture defaults from published measurements (see cost/profile.py)"
     measured: tuple[str, ...] = ()       # which entries come from a calibration run
+    # measured GEMM/attention/memory tables (calibrate/profile.py); None = the formulas above
+    tables: "MeasuredTables | None" = field(default=None, compare=False, repr=False)
 
 
 ARCH_PROFILES: dict[str, HardwareProfile] = {
@@ -79,6 +85,14 @@ def architecture_of(gpu: GPUSpec) -> str:
     return "hopper"
 
 
+_SHIPPED: dict[str, Any] = {}
+
+
 def profile_for(gpu: GPUSpec) -> HardwareProfile:
-    """The profile clustertwin uses for ``gpu``: architecture defaults (calibrated tables later)."""
-    return ARCH_PROFILES[architecture_of(gpu)]
+    """The profile clustertwin uses for ``gpu``: the measured profile the catalog ships for it
+    (``catalog/profiles/<gpu>.yaml``), else its architecture's defaults."""
+    if gpu.name not in _SHIPPED:
+        from ..calibrate.profile import load_profile, shipped_profile_path
+        path = shipped_profile_path(gpu.name)
+        _SHIPPED[gpu.name] = load_profile(path).to_hardware_profile(gpu) if path is not None else None
+    return _SHIPPED[gpu.name] or ARCH_PROFILES[architecture_of(gpu)]
