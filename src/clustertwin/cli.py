@@ -125,18 +125,11 @@ def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gp
                                                    help="measured hardware profile (clustertwin calibrate)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
     """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
-    from .predict import (DEFAULT_GLOBAL_BATCH, DEFAULT_MICRO_BATCH, DEFAULT_MODEL, DEFAULT_PLAN, DEFAULT_SEQ_LEN,
-                          predict as run_predict)
+    from .predict import predict_cli_job
     from .report.console import prediction_tables, print_all
-    defaults = model is None and plan is None and cluster is None and gpu is None and num_gpus is None
-    if defaults:
-        plan = DEFAULT_PLAN
-        micro_batch = DEFAULT_MICRO_BATCH if micro_batch is None else micro_batch
-        global_batch = DEFAULT_GLOBAL_BATCH if global_batch is None else global_batch
-        seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
-    pred = run_predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                       plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                       precision=precision, framework=framework, profile=profile)
+    pred = predict_cli_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
+                           plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                           precision=precision, framework=framework, profile=profile)
     if as_json:
         _emit_json(pred.to_json())
         return

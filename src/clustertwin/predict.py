@@ -170,6 +170,20 @@ def resolve_profile(profile: HardwareProfile | str | Path | None, job: TrainingJ
     return load_profile(profile).to_hardware_profile(job.cluster.gpu)
 
 
+def predict_cli_job(model, *, gpu, num_gpus, cluster, gpus_per_node, plan, micro_batch, global_batch, seq_len,
+                    precision, framework, profile=None) -> Prediction:
+    """The prediction of a command line: with no model, GPU, cluster or plan given it is the built-in
+    default job (Llama 3 8B on 64 H100s, the README's main job); otherwise what was given."""
+    if model is None and plan is None and cluster is None and gpu is None and num_gpus is None:
+        plan = DEFAULT_PLAN
+        micro_batch = DEFAULT_MICRO_BATCH if micro_batch is None else micro_batch
+        global_batch = DEFAULT_GLOBAL_BATCH if global_batch is None else global_batch
+        seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
+    return predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
+                   plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                   precision=precision, framework=framework, profile=profile)
+
+
 def predict_job(job: TrainingJob, profile: HardwareProfile | str | Path | None = None) -> Prediction:
     profile = resolve_profile(profile, job)
     graph = build_graph(job)

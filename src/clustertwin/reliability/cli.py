@@ -69,8 +69,7 @@ def register(app: typer.Typer) -> None:
                 seed: int = typer.Option(0, "--seed", help="random seed of the Monte Carlo runs"),
                 as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
         """Expected time-to-train and goodput of a plan under failures, checkpoints, restarts and stragglers."""
-        from ..predict import (DEFAULT_GLOBAL_BATCH, DEFAULT_MICRO_BATCH, DEFAULT_MODEL, DEFAULT_PLAN, DEFAULT_SEQ_LEN,
-                               predict as run_predict)
+        from ..predict import predict_cli_job
         from .goodput import MAX_MONTE_CARLO_RUNS, estimate_goodput
         if monte_carlo < 0 or monte_carlo > MAX_MONTE_CARLO_RUNS:
             raise SpecError("monte_carlo", f"{monte_carlo} runs is out of range", f"give 1 to {MAX_MONTE_CARLO_RUNS:,} (0 = off)")
@@ -81,15 +80,9 @@ def register(app: typer.Typer) -> None:
                 raise SpecError(name, f"{value} is out of range", "give a fraction from 0 to 0.5, e.g. 0.01")
         if hot_spares is not None and hot_spares < 0:
             raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
-        defaults = model is None and plan is None and cluster is None and gpu is None and num_gpus is None
-        if defaults:
-            plan = DEFAULT_PLAN
-            micro_batch = DEFAULT_MICRO_BATCH if micro_batch is None else micro_batch
-            global_batch = DEFAULT_GLOBAL_BATCH if global_batch is None else global_batch
-            seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
-        pred = run_predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster,
-                           gpus_per_node=gpus_per_node, plan=plan, micro_batch=micro_batch,
-                           global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework)
+        pred = predict_cli_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
+                               plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
+                               precision=precision, framework=framework)
         options = dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
                        planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
                        checkpoint_mode=checkpoint_mode.strip().lower(), checkpoint_writers=checkpoint_writers.strip().lower(),
