@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DataError, SpecError
+from .microbench import cuda_times
 from ..specs import ModelSpec
 
 FRAMEWORKS = ("pytorch-eager", "pytorch-compile")
@@ -145,21 +146,13 @@ def run_measure(spec: ModelSpec, gpu: str, micro_batch: int, seq_len: int, frame
         opt.step()
         opt.zero_grad(set_to_none=True)
 
+    def report(i: int, seconds: float) -> None:
+        if not quiet:
+            print(f"step {i + 1}/{steps}: {seconds * 1e3:.1f} ms", flush=True)
+
     try:
-        for _ in range(warmup):
-            step()
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        times = []
-        for i in range(steps):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
-            if not quiet:
-                print(f"step {i + 1}/{steps}: {times[-1] * 1e3:.1f} ms", flush=True)
+        times = cuda_times(torch, step, warmup, steps, after_warmup=torch.cuda.reset_peak_memory_stats,
+                           on_iter=report)
     except torch.cuda.OutOfMemoryError:
         raise SpecError("micro_batch", f"{spec.name} with micro-batch {micro_batch} x {seq_len} tokens does not fit "
                         "the GPU", "lower --micro-batch or --seq-len, use --recompute full, or truncate with --layers") from None

@@ -63,20 +63,32 @@ NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 # ---- timing -------------------------------------------------------------------------------------
-def cuda_time(torch, fn: Callable[[], Any], warmup: int = 3, iters: int = 10) -> float:
-    """Median seconds of ``fn`` on the GPU (CUDA events), after ``warmup`` calls."""
+def cuda_times(torch, fn: Callable[[], Any], warmup: int = 3, iters: int = 10,
+               after_warmup: Callable[[], Any] | None = None,
+               on_iter: Callable[[int, float], Any] | None = None) -> list[float]:
+    """Seconds of each of ``iters`` calls of ``fn`` on the GPU (CUDA events), after ``warmup`` calls;
+    ``after_warmup`` runs once the warm-up has synchronised, ``on_iter(i, seconds)`` after each call."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    if after_warmup is not None:
+        after_warmup()
     times = []
-    for _ in range(iters):
+    for i in range(iters):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
+        if on_iter is not None:
+            on_iter(i, times[-1])
+    return times
+
+
+def cuda_time(torch, fn: Callable[[], Any], warmup: int = 3, iters: int = 10) -> float:
+    """Median seconds of ``fn`` on the GPU (CUDA events), after ``warmup`` calls."""
+    return statistics.median(cuda_times(torch, fn, warmup, iters))
 
 
 def _fp8_supported(torch) -> bool:

@@ -32,6 +32,40 @@ def _parse_rates(items: list[str] | None) -> dict[str, float] | None:
     return out or None
 
 
+# ---- the failure/checkpoint options goodput and report share ------------------------------------
+CheckpointIntervalOpt = typer.Option("auto", "--checkpoint-interval",
+                                     help="auto (the goodput-optimal interval) or a duration, e.g. 30min")
+MtbfOpt = typer.Option(None, "--mtbf", help="job MTBF of unplanned failures, e.g. 3h (keeps the model's mix)")
+FailureModelOpt = typer.Option("llama3", "--failure-model",
+                               help="llama3 | kokolis-rsc1 | kokolis-rsc2 | opt-175b | a YAML file")
+FailureRateOpt = typer.Option(None, "--failure-rate", help="CLASS=RATE per unit-hour, e.g. gpu=1.2e-5 (repeatable)")
+NoPlannedOpt = typer.Option(False, "--no-planned", help="leave out planned interruptions")
+CheckpointModeOpt = typer.Option("sync", "--checkpoint-mode", help="sync | async | in-memory")
+CheckpointWritersOpt = typer.Option("all", "--checkpoint-writers",
+                                    help="all (fully parallel save) | dp-rank-0 (Megatron legacy format)")
+StorageBandwidthOpt = typer.Option(None, "--storage-bandwidth",
+                                   help="aggregate storage bandwidth, e.g. 2TB/s [default 2TB/s]")
+NodeStorageBandwidthOpt = typer.Option(None, "--node-storage-bandwidth",
+                                       help="per-node path to storage, e.g. 400Gbps [default 50GB/s]")
+HotSparesOpt = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones")
+NoStragglersOpt = typer.Option(False, "--no-stragglers", help="leave out per-GPU speed variation")
+
+
+def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint_interval, checkpoint_mode,
+                    checkpoint_writers, storage_bandwidth, node_storage_bandwidth, hot_spares, no_stragglers,
+                    **extra) -> dict:
+    """The keyword options of estimate_goodput from the shared command-line options (checked)."""
+    if hot_spares is not None and hot_spares < 0:
+        raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
+    return dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
+                planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
+                checkpoint_mode=checkpoint_mode.strip().lower(), checkpoint_writers=checkpoint_writers.strip().lower(),
+                storage_write_bandwidth_bytes_per_s=storage_bandwidth,
+                storage_read_bandwidth_bytes_per_s=storage_bandwidth,
+                node_storage_bandwidth_bytes_per_s=node_storage_bandwidth, hot_spares=hot_spares,
+                stragglers=not no_stragglers, **extra)
+
+
 def register(app: typer.Typer) -> None:
     from .. import cli as base
 
@@ -43,24 +77,12 @@ def register(app: typer.Typer) -> None:
                 global_batch: Optional[int] = opts.GlobalBatchOpt, seq_len: Optional[int] = opts.SeqLenOpt,
                 precision: Optional[str] = opts.PrecisionOpt, framework: str = opts.FrameworkOpt,
                 tokens: str = typer.Option(..., "--tokens", help='tokens to train, e.g. 15T or 1.5e12'),
-                checkpoint_interval: str = typer.Option("auto", "--checkpoint-interval",
-                                                        help="auto (the goodput-optimal interval) or a duration, e.g. 30min"),
-                mtbf: Optional[str] = typer.Option(None, "--mtbf",
-                                                   help="job MTBF of unplanned failures, e.g. 3h (keeps the model's mix)"),
-                failure_model: str = typer.Option("llama3", "--failure-model",
-                                                  help="llama3 | kokolis-rsc1 | kokolis-rsc2 | opt-175b | a YAML file"),
-                failure_rate: Optional[List[str]] = typer.Option(None, "--failure-rate",
-                                                                 help="CLASS=RATE per unit-hour, e.g. gpu=1.2e-5 (repeatable)"),
-                no_planned: bool = typer.Option(False, "--no-planned", help="leave out planned interruptions"),
-                checkpoint_mode: str = typer.Option("sync", "--checkpoint-mode", help="sync | async | in-memory"),
-                checkpoint_writers: str = typer.Option("all", "--checkpoint-writers",
-                                                       help="all (fully parallel save) | dp-rank-0 (Megatron legacy format)"),
-                storage_bandwidth: Optional[str] = typer.Option(None, "--storage-bandwidth",
-                                                                help="aggregate storage bandwidth, e.g. 2TB/s [default 2TB/s]"),
-                node_storage_bandwidth: Optional[str] = typer.Option(None, "--node-storage-bandwidth",
-                                                                     help="per-node path to storage, e.g. 400Gbps [default 50GB/s]"),
-                hot_spares: Optional[int] = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones"),
-                no_stragglers: bool = typer.Option(False, "--no-stragglers", help="leave out per-GPU speed variation"),
+                checkpoint_interval: str = CheckpointIntervalOpt, mtbf: Optional[str] = MtbfOpt,
+                failure_model: str = FailureModelOpt, failure_rate: Optional[List[str]] = FailureRateOpt,
+                no_planned: bool = NoPlannedOpt, checkpoint_mode: str = CheckpointModeOpt,
+                checkpoint_writers: str = CheckpointWritersOpt, storage_bandwidth: Optional[str] = StorageBandwidthOpt,
+                node_storage_bandwidth: Optional[str] = NodeStorageBandwidthOpt,
+                hot_spares: Optional[int] = HotSparesOpt, no_stragglers: bool = NoStragglersOpt,
                 straggler_cv: Optional[float] = typer.Option(None, "--straggler-cv",
                                                              help="per-GPU speed variation, std/mean [default 0.01]"),
                 thermal_slowdown: Optional[float] = typer.Option(None, "--thermal-slowdown",
@@ -78,19 +100,15 @@ def register(app: typer.Typer) -> None:
         for name, value in (("straggler_cv", straggler_cv), ("thermal_slowdown", thermal_slowdown)):
             if value is not None and not (0.0 <= value <= 0.5):
                 raise SpecError(name, f"{value} is out of range", "give a fraction from 0 to 0.5, e.g. 0.01")
-        if hot_spares is not None and hot_spares < 0:
-            raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
+        options = goodput_options(failure_model=failure_model, mtbf=mtbf, failure_rate=failure_rate,
+                                  no_planned=no_planned, checkpoint_interval=checkpoint_interval,
+                                  checkpoint_mode=checkpoint_mode, checkpoint_writers=checkpoint_writers,
+                                  storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
+                                  hot_spares=hot_spares, no_stragglers=no_stragglers, gpu_speed_cv=straggler_cv,
+                                  thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed)
         pred = predict_cli_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                                plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                                precision=precision, framework=framework)
-        options = dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
-                       planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
-                       checkpoint_mode=checkpoint_mode.strip().lower(), checkpoint_writers=checkpoint_writers.strip().lower(),
-                       storage_write_bandwidth_bytes_per_s=storage_bandwidth,
-                       storage_read_bandwidth_bytes_per_s=storage_bandwidth,
-                       node_storage_bandwidth_bytes_per_s=node_storage_bandwidth, hot_spares=hot_spares,
-                       stragglers=not no_stragglers, gpu_speed_cv=straggler_cv, thermal_slowdown=thermal_slowdown,
-                       monte_carlo_runs=monte_carlo, seed=seed)
         est = estimate_goodput(pred, tokens, **options)
         if not est.feasible:
             raise SpecError("goodput", f"the run never finishes: failures every {_dur(est.mtbf_s)} against a "

@@ -9,6 +9,7 @@ from typing import Iterator, List, Optional
 import typer
 
 from .. import cli_options as opts
+from ..reliability import cli as rc
 from rich.console import Console
 
 from ..errors import SpecError
@@ -61,43 +62,27 @@ def register(app: typer.Typer) -> None:
             # goodput
             tokens: Optional[str] = typer.Option(None, "--tokens",
                                                  help="tokens to train, e.g. 15T [default: 20 per parameter]"),
-            checkpoint_interval: str = typer.Option("auto", "--checkpoint-interval",
-                                                    help="auto (the goodput-optimal interval) or a duration, e.g. 30min"),
-            mtbf: Optional[str] = typer.Option(None, "--mtbf", help="job MTBF of unplanned failures, e.g. 3h"),
-            failure_model: str = typer.Option("llama3", "--failure-model",
-                                              help="llama3 | kokolis-rsc1 | kokolis-rsc2 | opt-175b | a YAML file"),
-            failure_rate: Optional[List[str]] = typer.Option(None, "--failure-rate",
-                                                             help="CLASS=RATE per unit-hour (repeatable)"),
-            no_planned: bool = typer.Option(False, "--no-planned", help="leave out planned interruptions"),
-            checkpoint_mode: str = typer.Option("sync", "--checkpoint-mode", help="sync | async | in-memory"),
-            checkpoint_writers: str = typer.Option("all", "--checkpoint-writers", help="all | dp-rank-0"),
-            storage_bandwidth: Optional[str] = typer.Option(None, "--storage-bandwidth",
-                                                            help="aggregate storage bandwidth, e.g. 2TB/s"),
-            node_storage_bandwidth: Optional[str] = typer.Option(None, "--node-storage-bandwidth",
-                                                                 help="per-node path to storage, e.g. 400Gbps"),
-            hot_spares: Optional[int] = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones"),
-            no_stragglers: bool = typer.Option(False, "--no-stragglers", help="leave out per-GPU speed variation"),
+            checkpoint_interval: str = rc.CheckpointIntervalOpt, mtbf: Optional[str] = rc.MtbfOpt,
+            failure_model: str = rc.FailureModelOpt, failure_rate: Optional[List[str]] = rc.FailureRateOpt,
+            no_planned: bool = rc.NoPlannedOpt, checkpoint_mode: str = rc.CheckpointModeOpt,
+            checkpoint_writers: str = rc.CheckpointWritersOpt, storage_bandwidth: Optional[str] = rc.StorageBandwidthOpt,
+            node_storage_bandwidth: Optional[str] = rc.NodeStorageBandwidthOpt,
+            hot_spares: Optional[int] = rc.HotSparesOpt, no_stragglers: bool = rc.NoStragglersOpt,
             # output
             out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML page to write"),
             json_out: Optional[Path] = typer.Option(None, "--json", help="also write the page's data as JSON (- for stdout)"),
             quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")) -> None:
         """One self-contained HTML page of a plan: step-time breakdown, memory against HBM, the search
         landscape, goodput against checkpoint interval and a pipeline timeline."""
-        from ..reliability.cli import _parse_rates
         from .html import build_report, dumps, render_html, require_plotly, write_text
         require_plotly()  # before any work: a missing extra is one line
-        if hot_spares is not None and hot_spares < 0:
-            raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
         if str(out) == "-":
             raise SpecError("out", "the page goes to a file", "give a file name, e.g. --out report.html")
-        options = dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
-                       planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
-                       checkpoint_mode=checkpoint_mode.strip().lower(),
-                       checkpoint_writers=checkpoint_writers.strip().lower(),
-                       storage_write_bandwidth_bytes_per_s=storage_bandwidth,
-                       storage_read_bandwidth_bytes_per_s=storage_bandwidth,
-                       node_storage_bandwidth_bytes_per_s=node_storage_bandwidth, hot_spares=hot_spares,
-                       stragglers=not no_stragglers)
+        options = rc.goodput_options(failure_model=failure_model, mtbf=mtbf, failure_rate=failure_rate,
+                                     no_planned=no_planned, checkpoint_interval=checkpoint_interval,
+                                     checkpoint_mode=checkpoint_mode, checkpoint_writers=checkpoint_writers,
+                                     storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
+                                     hot_spares=hot_spares, no_stragglers=no_stragglers)
         with _progress(quiet) as step:
             data = build_report(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                                 plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
