@@ -174,6 +174,13 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["attention_kernel"] = kernel
     if tp_overlap is not None:
         fields["overlap_tp_comm"] = tp_overlap
+    ep, dense_ranks = fields["ep"], tp * fields["cp"] * (fields["dp"] or 1)
+    if (model.moe_num_experts and fields["etp"] is None and tp > 1 and ep > 1
+            and dense_ranks % (ep * tp) and dense_ranks % ep == 0):
+        # Megatron-Core's default etp = tp cannot fold these experts onto tp x cp x dp; the only plan
+        # that ran is one with unsplit experts (recipes such as Qwen3-235B set etp=1 explicitly)
+        fields["etp"] = 1
+        notes.append(f"etp unknown: assumed 1 (ep*tp = {ep}*{tp} does not divide tp*cp*dp = {dense_ranks})")
     for col in ("first_stage_layers", "last_stage_layers"):
         if _int(r, col) is not None:
             fields[col] = _int(r, col)
