@@ -103,7 +103,7 @@ BAD = [
     (["predict", "--model", "llama3-8b", "--num-gpus", "64", "--plan", "tp=8,pp=5,dp=1"], "plan"),
     (["predict", "--model", "llama3-8b", "--num-gpus", "64", "--plan", "tp=8,pp=1,dp=8",
       "--global-batch", "12"], "global_batch"),
-    (["predict", "--model", "gpt3-175b", "--num-gpus", "64", "--plan", "tp=8,pp=4,vpp=5,dp=2"], "plan.pp"),
+    (["predict", "--model", "gpt3-175b", "--num-gpus", "64", "--plan", "tp=8,pp=8,vpp=13,dp=1"], "plan.pp"),
     (["predict", "--model", "llama3-8b", "--num-gpus", "64", "--plan", "tp=8,ep=2"], "plan.ep"),
     (["predict", "--plan", "tp=two"], "plan.tp"),
     (["predict", "--plan", "warp=9"], "plan.warp"),

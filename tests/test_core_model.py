@@ -474,8 +474,8 @@ _GQA12 = ModelSpec(name="heads12", num_layers=8, hidden_size=768, num_heads=12, 
 
 @pytest.mark.parametrize("model,n,plan,kw,field", [
     (_GQA12, 8, "tp=8", {}, "plan.tp"),                                   # 8 does not divide 12 heads
-    (SMALL, 6, "pp=3", {}, "plan.pp"),                                    # 8 layers over 3 stages
-    (SMALL, 8, "pp=2,vpp=3", {}, "plan.pp"),                              # 8 layers over 6 chunks
+    (SMALL, 16, "pp=16", {}, "plan.pp"),                                  # 8 layers over 16 stages
+    (SMALL, 8, "pp=2,vpp=5", {}, "plan.pp"),                              # 8 layers over 10 chunks
     (SMALL, 8, "dp=4,pp=2", {"global_batch": 6}, "plan.global_batch"),    # 6 % (4 x 1)
     (SMALL, 8, "dp=4,pp=2", {"global_batch": 8, "micro_batch": 4}, "plan.global_batch"),  # 8 % (4 x 4)
     (SMALL, 8, "ep=2", {}, "plan.ep"),                                    # dense model

@@ -89,6 +89,7 @@ def test_deepseek_v3_mla_and_moe() -> None:
             m.mla.v_head_dim) == (1536, 512, 128, 64, 128)
     assert (m.moe_num_experts, m.moe_top_k, m.expert_ffn, m.moe_num_shared_experts) == (256, 8, 2048, 1)
     assert (m.moe_first_dense_layers, m.num_moe_layers, m.ffn_hidden_size) == (3, 58, 18432)
+    assert (m.moe_expert_groups, m.moe_topk_groups) == (8, 4)     # group-limited routing: n_group, topk_group
     # "37B activated" (report, rounded); DeepSeek's README gives 36.6B counting the output head but
     # not the input embedding.
     assert _rel(m.params_active, 37e9) < 0.02
@@ -292,6 +293,7 @@ def test_agrees_with_catalog_preset(fixture: str, preset: str) -> None:
     assert _rel(hf.params_total, cat.params_total) < 1e-3
     assert _rel(hf.params_active, cat.params_active) < 1e-3
     assert _rel(hf.flops_per_token(4096), cat.flops_per_token(4096)) < 1e-3
+    assert (hf.moe_expert_groups, hf.moe_topk_groups) == (cat.moe_expert_groups, cat.moe_topk_groups)
 
 
 # ---- property: any damage to a real config gives a ModelSpec or a one-line SpecError -----------------

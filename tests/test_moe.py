@@ -79,3 +79,62 @@ def test_bad_routing_is_one_line(routing, field):
     with pytest.raises(ClusterTwinError) as e:
         _mixtral(routing)
     assert e.value.field == field and "\n" not in e.value.one_line()
+
+
+# ---- node-deduplicating dispatch (DeepSeek-V3 Sec. 3.2.2, DeepEP) -------------------------------------
+
+from clustertwin.cost.network import NetworkPricer, expected_target_nodes, place_group  # noqa: E402
+from clustertwin.cost.profile import profile_for  # noqa: E402
+from clustertwin.catalog import cluster_for_gpu  # noqa: E402
+from clustertwin.specs import ModelSpec  # noqa: E402
+
+
+def test_expected_target_nodes_by_hand():
+    assert expected_target_nodes(1, 8) == pytest.approx(1.0)
+    assert expected_target_nodes(8, 1) == pytest.approx(1.0)
+    assert expected_target_nodes(2, 2) == pytest.approx(1.5)                        # 2 * (1 - 1/4)
+    # DeepSeek-V3: one group per node, a token's experts on its best 4 groups -> at most 4 nodes
+    assert expected_target_nodes(8, 8, 8, 4) == pytest.approx(4 * (1 - 0.75 ** 8))
+    assert expected_target_nodes(8, 8, 8, 4) < expected_target_nodes(8, 8) < 8
+    # 8 groups over 16 nodes: a group spans 2 nodes, 4 groups reach 8
+    assert expected_target_nodes(8, 16, 8, 4) == pytest.approx(8 * (1 - (7 / 8) ** 8))
+
+
+def test_dedup_dispatch_sends_less_over_the_nics_and_the_same_within_a_node():
+    cluster = cluster_for_gpu("h100-sxm", 64)
+    net = NetworkPricer(cluster, profile_for(cluster.gpu))
+    across = place_group(64, 1, 8)
+    within = place_group(8, 1, 8)
+    nbytes = 512e6
+    assert net.time("all_to_all", nbytes, across, (8, 0, 0)) < net.time("all_to_all", nbytes, across)
+    assert net.time("all_to_all", nbytes, across, (8, 8, 4)) < net.time("all_to_all", nbytes, across, (8, 0, 0))
+    assert net.time("all_to_all", nbytes, within, (8, 8, 4)) == net.time("all_to_all", nbytes, within)
+
+
+def _deepseek(dispatcher: str):
+    return ct.predict("deepseek-v3", gpu="h100", num_gpus=512,
+                      plan=f"tp=1,pp=8,first=7,last=6,ep=64,rc=full,dispatcher={dispatcher}",
+                      micro_batch=1, global_batch=256, seq_len=4096)
+
+
+def test_deepep_dispatch_lowers_the_ep_time_of_an_ep_group_across_nodes():
+    a2a, dedup = _deepseek("alltoall"), _deepseek("deepep")
+    assert dedup.graph.plan.moe_dispatcher == "deepep" and a2a.graph.plan.moe_dispatcher == "alltoall"
+    assert 0 < dedup.breakdown_s["ep_comm"] < 0.7 * a2a.breakdown_s["ep_comm"]
+    assert dedup.breakdown_s["compute"] == pytest.approx(a2a.breakdown_s["compute"])
+    assert dedup.step_time_s < a2a.step_time_s
+
+
+def test_framework_default_dispatcher_is_alltoall():
+    p = ct.predict("mixtral-8x7b", gpu="h100", num_gpus=16, plan="tp=1,ep=8", micro_batch=1, global_batch=32,
+                   seq_len=4096)
+    assert p.job.plan.moe_dispatcher is None and p.graph.plan.moe_dispatcher == "alltoall"
+
+
+def test_expert_groups_must_fit_the_experts():
+    base = dict(name="m", num_layers=2, hidden_size=256, num_heads=4, ffn_hidden_size=512, vocab_size=1000,
+                max_seq_len=512, moe_num_experts=16, moe_top_k=2)
+    assert ModelSpec(**base, moe_expert_groups=4, moe_topk_groups=2).moe_expert_groups == 4
+    for groups, topk in ((3, 1), (4, 0), (4, 5)):
+        with pytest.raises(ClusterTwinError, match="moe_expert_groups"):
+            ModelSpec(**base, moe_expert_groups=groups, moe_topk_groups=topk)

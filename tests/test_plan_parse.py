@@ -200,8 +200,26 @@ def test_stage_layer_split() -> None:
     assert stage_layer_split(32, 4, 1) == [8, 8, 8, 8]
     assert stage_layer_split(126, 16, 1) == [7] + [8] * 14 + [7]  # Llama 3 405B: embedding + loss as layers
     assert sum(stage_layer_split(30, 4, 2)) == 30
-    with pytest.raises(PlanError):
-        stage_layer_split(5, 4, 1)
+    # otherwise as even as possible, the spare layers on the middle chunks (first/last hold embedding, loss)
+    assert stage_layer_split(5, 4, 1) == [1, 2, 1, 1]
+    assert stage_layer_split(32, 3, 1) == [11, 11, 10]
+    assert stage_layer_split(61, 8, 4) == [1] + [2] * 29 + [1, 1]    # DeepSeek-V3 / Kimi K2 over 32 chunks
+    with pytest.raises(PlanError, match="cannot fill"):
+        stage_layer_split(3, 4, 1)
+
+
+@given(st.integers(1, 300), st.integers(1, 32), st.integers(1, 8))
+def test_stage_layer_split_is_balanced_or_rejected(layers: int, pp: int, vpp: int) -> None:
+    chunks = pp * vpp
+    if layers < chunks:
+        with pytest.raises(PlanError):
+            stage_layer_split(layers, pp, vpp)
+        return
+    split = stage_layer_split(layers, pp, vpp)
+    assert len(split) == chunks and sum(split) == layers and min(split) >= 1
+    assert max(split) - min(split) <= 1
+    if chunks > 2 and layers % chunks:
+        assert max(split) == max(split[1:-1])   # a spare layer goes to a middle chunk first
 
 
 # ---- check_plan: properties --------------------------------------------------------------------------

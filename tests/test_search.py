@@ -121,6 +121,7 @@ def test_every_feasible_plan_and_only_those() -> None:
     ("gpt3-1.3b", "a100-80gb", 32, 64, 2048, {"fix": "attention_kernel=unfused"}),   # dropout, unfused attention
     ("llama3-8b", "h100-sxm", 16, 32, 8192, {}),                                    # GQA, cp
     ("mixtral-8x7b", "h100-sxm", 16, 32, 4096, {}),                                 # MoE: ep, edp
+    ("mixtral-8x7b", "h100-sxm", 32, 32, 4096, {"fix": "dispatcher=deepep"}),       # EP across nodes, dedup
     ("qwen1.5-moe-a2.7b", "h100-sxm", 16, 64, 4096, {"precision": "fp8"}),          # shared experts, fp8
     ("llama3-8b", "a100-80gb", 16, 32, 4096, {"framework": "torchtitan"}),          # autocast weights
 ])
@@ -284,6 +285,7 @@ def test_nothing_fits_is_a_plan_error() -> None:
 
 
 def test_nothing_divides_is_a_plan_error_naming_the_reasons() -> None:
-    # 24 GPUs = 3 nodes: the factor 3 fits no size of Llama 3 8B at a global batch of 16
-    with pytest.raises(PlanError, match="no plan of llama3-8b divides"):
-        search("llama3-8b", gpu="h100-sxm", num_gpus=24, global_batch=16, seq_len=8192, pareto_points=1)
+    # 24 GPUs = 3 nodes: the factor 3 fits no size of a 2-layer model at a global batch of 16
+    two = TINY.model_copy(update={"name": "two-layers", "num_layers": 2})
+    with pytest.raises(PlanError, match="no plan of two-layers divides"):
+        search(two, gpu="h100-sxm", num_gpus=24, global_batch=16, seq_len=512, pareto_points=1)

@@ -39,6 +39,7 @@ class FrameworkProfile:
     # with fp32 sharded params: 4 + 4 + 8 bytes/param, plus a 16-bit copy of the weights in use).
     master_in_optimizer: bool = True
     step_overhead_s: float = 0.0           # per-iteration host work: data loading, loss reduction, logging
+    moe_dispatcher: str = "alltoall"       # MoE token dispatch: alltoall (one copy per expert) | deepep
 
 
 FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {

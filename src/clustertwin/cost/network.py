@@ -51,6 +51,17 @@ _BUS_FACTOR = {
 }
 
 
+def expected_target_nodes(top_k: int, nodes: int, groups: int = 0, topk_groups: int = 0) -> float:
+    """Expected number of distinct nodes holding a token's ``top_k`` experts, the experts spread
+    evenly over ``nodes`` nodes and picked uniformly. Group-limited routing (DeepSeek-V3: the experts
+    of ``groups`` groups, a token's taken from its best ``topk_groups``) confines them to the nodes of
+    those groups: with one group per node, at most ``topk_groups`` nodes (DeepSeek-V3 Sec. 2.1.2)."""
+    reach = nodes
+    if groups and 0 < topk_groups < groups:
+        reach = min(nodes, topk_groups * max(1, nodes // groups))
+    return reach * (1.0 - (1.0 - 1.0 / reach) ** top_k)
+
+
 def ring_time(bus_factor, nbytes, bandwidth, latency):
     """Seconds of a ring collective (floats or arrays): bus factor x buffer / bus bandwidth + latency."""
     return bus_factor * nbytes / bandwidth + latency
@@ -89,15 +100,27 @@ class NetworkPricer:
         tree_steps = (2 if kind == "all_reduce" else 1) * (math.ceil(math.log2(n)) + 1)
         return alpha * min(ring_steps, tree_steps)
 
-    def time(self, kind: str, nbytes: float, pl: GroupPlacement) -> float:
-        """Seconds for one collective of ``nbytes`` per rank on a group placed as ``pl``."""
+    def time(self, kind: str, nbytes: float, pl: GroupPlacement, node_dedup: tuple[int, ...] | None = None) -> float:
+        """Seconds for one collective of ``nbytes`` per rank on a group placed as ``pl``.
+
+        An all-to-all spanning nodes moves the share bound for other nodes over the rank's NIC and
+        the rest over NVLink, both at once. With ``node_dedup`` = (top_k, groups, groups per token)
+        the MoE dispatch sends each token once per target node over the NICs and fans it out over
+        NVLink there (DeepSeek-V3 Sec. 3.2.2; DeepEP): the NIC share shrinks by expected target
+        nodes / top_k and NVLink carries every copy."""
         n = pl.size
         if n <= 1 or nbytes <= 0:
             return 0.0
         if kind == "all_to_all" and pl.nodes > 1:
             g = pl.ranks_per_node
-            intra = nbytes * (g - 1) / n / self.nvlink
-            inter = nbytes * (n - g) / n / (self.nic_per_gpu / (self.cluster.oversubscription if pl.nodes > self.nodes_per_leaf else 1.0))
+            nic = self.nic_per_gpu / (self.cluster.oversubscription if pl.nodes > self.nodes_per_leaf else 1.0)
+            inter = nbytes * (n - g) / n / nic
+            if node_dedup:
+                top_k, groups, topk_groups = node_dedup
+                inter *= min(1.0, expected_target_nodes(top_k, pl.nodes, groups, topk_groups) / top_k)
+                intra = nbytes * (g - 1) / g / self.nvlink
+            else:
+                intra = nbytes * (g - 1) / n / self.nvlink
             return max(intra, inter) + self.latency(pl, kind)
         return ring_time(_BUS_FACTOR[kind](n), nbytes, self.bandwidth(pl, kind), self.latency(pl, kind))
 

@@ -111,10 +111,11 @@ class Pricer:
     def time(self, op: Op) -> float:
         """Seconds of ``op`` on the rank that takes longest (MoE ops on the busiest EP rank)."""
         if op.is_comm:
-            t = self.network.time(op.collective, op.comm_bytes, self.groups[op.group])
+            t = self.network.time(op.collective, op.comm_bytes, self.groups[op.group],
+                                  op.extra.get("node_dedup") if op.extra else None)
         else:
             t = self.compute.time(op)
-        return t * op.extra["load_factor"] if op.extra else t
+        return t * op.extra.get("load_factor", 1.0) if op.extra else t
 
 
 def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: bool = True) -> tuple[float, float]:
@@ -129,7 +130,8 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: boo
         t = pricer.time(op) * rep
         if record:
             st.op_times[f"{phase.value}:{op.name}"] = st.op_times.get(f"{phase.value}:{op.name}", 0.0) + t
-        if op.extra:  # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
+        if op.extra and "load_factor" in op.extra:
+            # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
             st.moe_imbalance_s += extra
             t -= extra

@@ -62,7 +62,7 @@ class Candidate:
                       precision=space.precision, overlap_tp_comm=self.overlap_tp_comm,
                       overlap_dp_comm=self.overlap_dp_comm, overlap_param_gather=self.overlap_param_gather,
                       overlap_pp_comm=self.overlap_pp_comm)
-        for k in ("etp", "attention_kernel"):
+        for k in ("etp", "attention_kernel", "moe_dispatcher"):
             if k in space.fixed:
                 fields[k] = space.fixed[k]
         return Plan(**fields)
@@ -124,6 +124,7 @@ class Evaluator:
         self.network = NetworkPricer(space.cluster, self.profile)
         self.kernel = space.fixed.get("attention_kernel") or self.fw.attention_kernel
         self.etp = space.fixed.get("etp")
+        self.dispatcher = space.fixed.get("moe_dispatcher") or self.fw.moe_dispatcher
         self._computes: dict[tuple[int, int], ComputePricer] = {}
         self._memory_bound = ComputePricer(space.cluster.gpu, self.profile, self.fw)  # optimizer steps
         self._ctx: dict[tuple, int] = {}
@@ -139,7 +140,7 @@ class Evaluator:
                  overlap_tp: bool = False) -> SimpleNamespace:
         return SimpleNamespace(tp=tp, cp=cp, ep=ep, etp=self.etp, micro_batch=mb, sp=sp, pp=pp, dp=dp,
                                precision=self.space.precision, attention_kernel=self.kernel,
-                               overlap_tp_comm=overlap_tp)
+                               moe_dispatcher=self.dispatcher, overlap_tp_comm=overlap_tp)
 
     def context_id(self, tp: int, cp: int, mb: int, sp: bool, ep: int) -> int:
         key = (tp, cp, mb, sp, ep)

@@ -187,7 +187,7 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
            seq_len: int | None = None, precision: str = "bf16", framework: str = "megatron",
            fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10, objective: str = "time",
            tokens: float | None = None, gpu_hour_price: float | None = None, pareto_points: int = 3,
-           shortlist: int = 50, goodput_options: dict | None = None) -> SearchResult:
+           shortlist: int = 200, goodput_options: dict | None = None) -> SearchResult:
     """The best plans for a model on a cluster at a global batch and sequence length."""
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:

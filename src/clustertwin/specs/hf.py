@@ -273,6 +273,9 @@ def _deepseek(data: dict) -> dict:
         moe_first_dense_layers=first,
         moe_layer_freq=freq,
     )
+    groups = _int(data, "n_group", default=0, minimum=0)
+    if groups > 1:  # group-limited routing (DeepSeek-V3: 8 groups, top 4)
+        out.update(moe_expert_groups=groups, moe_topk_groups=_int(data, "topk_group", default=groups))
     return out
 
 

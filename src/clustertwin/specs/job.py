@@ -31,10 +31,13 @@ def stage_layer_split(num_layers: int, pp: int, vpp: int, first: int | None = No
                       last: int | None = None) -> list[int]:
     """Transformer layers per virtual stage (pp*vpp chunks, in pipeline order).
 
-    Even split when the layers divide; otherwise the split Llama 3 and NeMo use, with embedding and
-    loss counted as a layer each: the first and last chunks get one layer fewer. ``first``/``last``
-    set the first and last chunks explicitly (Megatron-Core's --decoder-first/last-pipeline-num-layers)
-    and the chunks between them share the rest evenly.
+    Even split when the layers divide; otherwise as even as possible with the spare layers on the
+    middle chunks, since the first and last chunks also hold the embedding and the loss. This is
+    the split Llama 3 and NeMo use when the layers plus two divide (first and last chunk one layer
+    fewer), and what torch pipelining and Megatron-Core's pipeline layouts give otherwise. A plan is
+    rejected only when a chunk would get no layer. ``first``/``last`` set the first and last chunks
+    explicitly (Megatron-Core's --decoder-first/last-pipeline-num-layers) and the chunks between
+    them share the rest evenly.
     """
     chunks = pp * vpp
     if first is not None or last is not None:
@@ -52,17 +55,14 @@ def stage_layer_split(num_layers: int, pp: int, vpp: int, first: int | None = No
         if last is not None:
             split[-1] = l
         return split
-    if num_layers % chunks == 0:
-        return [num_layers // chunks] * chunks
-    if (num_layers + 2) % chunks == 0 and chunks > 1:
-        per = (num_layers + 2) // chunks
-        split = [per] * chunks
-        split[0] -= 1
-        split[-1] -= 1
-        if min(split) >= 1:
-            return split
-    raise PlanError("plan.pp", f"{num_layers} layers do not split over pp*vpp = {pp}*{vpp} = {chunks} stages",
-                    "choose pp*vpp dividing the layers (or the layers + 2, embedding and loss counted as layers)")
+    if num_layers < chunks:
+        raise PlanError("plan.pp", f"{num_layers} layers cannot fill pp*vpp = {pp}*{vpp} = {chunks} pipeline chunks",
+                        "choose pp*vpp at most the number of layers")
+    base, spare = divmod(num_layers, chunks)
+    split = [base] * chunks
+    for i in (list(range(1, chunks - 1)) + [0, chunks - 1])[:spare]:   # middle chunks first
+        split[i] += 1
+    return split
 
 
 def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int) -> Plan:

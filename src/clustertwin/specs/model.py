@@ -76,6 +76,10 @@ class ModelSpec(Frozen):
         None, gt=0, description="total width of the shared expert(s); None = shared experts x expert width")
     moe_layer_freq: int = Field(1, gt=0, description="every k-th layer (after the first dense ones) is MoE")
     moe_first_dense_layers: int = Field(0, ge=0, description="leading layers that stay dense (DeepSeek-V3: 3)")
+    moe_expert_groups: int = Field(0, ge=0, description="group-limited routing: experts split into this many groups "
+                                   "(DeepSeek-V3 n_group 8); 0 = no groups")
+    moe_topk_groups: int = Field(0, ge=0, description="groups a token's experts may come from (DeepSeek-V3 "
+                                 "topk_group 4: with one group per node, at most 4 nodes per token)")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":
@@ -90,6 +94,11 @@ class ModelSpec(Frozen):
             if not 0 < self.moe_top_k <= self.moe_num_experts:
                 raise SpecError("moe_top_k", f"{self.moe_top_k} must be between 1 and moe_num_experts={self.moe_num_experts}",
                                 "set moe_top_k to the number of experts each token is routed to")
+            if self.moe_expert_groups and (self.moe_num_experts % self.moe_expert_groups
+                                           or not 0 < self.moe_topk_groups <= self.moe_expert_groups):
+                raise SpecError("moe_expert_groups", f"{self.moe_expert_groups} groups with moe_topk_groups="
+                                f"{self.moe_topk_groups} do not fit {self.moe_num_experts} experts",
+                                "use groups dividing the experts and 1 <= moe_topk_groups <= moe_expert_groups")
             if self.moe_first_dense_layers >= self.num_layers:
                 raise SpecError("moe_first_dense_layers", f"{self.moe_first_dense_layers} leaves no MoE layer",
                                 f"use fewer than num_layers={self.num_layers}")

@@ -41,6 +41,10 @@ class Plan(Frozen):
                              description="uniform | zipf:S | a histogram file (tokens per expert)")
     moe_placement: Literal["sequential", "balanced"] = Field("sequential", description="experts to EP ranks")
     moe_capacity_factor: float | None = Field(None, gt=0, le=1000, description="drop tokens beyond c x mean per rank")
+    moe_dispatcher: Literal["alltoall", "deepep"] | None = Field(
+        None, description="alltoall: one copy per routed expert on every link (Megatron's default); deepep: one "
+                          "copy per target node over the NICs, fanned out over NVLink (DeepSeek-V3 Sec. 3.2.2, "
+                          "DeepEP); None = framework default")
     attention_kernel: Literal["flash", "unfused"] | None = Field(
         None, description="flash (fused, no s^2 tensors) or unfused (bmm + fused softmax); None = framework default")
     precision: Precision = "bf16"
@@ -88,6 +92,10 @@ class Plan(Frozen):
             parts.append(f"cp={self.cp}")
         if self.ep > 1:
             parts.append(f"ep={self.ep}")
+            if self.etp is not None and self.etp != self.tp:
+                parts.append(f"etp={self.etp}")
+            if self.moe_dispatcher == "deepep":
+                parts.append("dispatcher=deepep")
         if self.sp:
             parts.append("sp")
         parts += [f"zero={self.zero_stage}", f"mb={self.micro_batch}", f"rc={self.recompute}"]
@@ -114,7 +122,7 @@ _ALIASES = {
     "zero": "zero_stage", "mb": "micro_batch", "mbs": "micro_batch", "micro_batch_size": "micro_batch",
     "gb": "global_batch", "gbs": "global_batch", "global_batch_size": "global_batch",
     "vp": "vpp", "interleave": "vpp", "rc": "recompute", "first": "first_stage_layers",
-    "last": "last_stage_layers",
+    "last": "last_stage_layers", "dispatcher": "moe_dispatcher",
 }
 
 
@@ -147,7 +155,7 @@ def parse_plan(text: str, **overrides) -> Plan:
                 fields["zero_stage"] = 3
             continue
         key = _ALIASES.get(key.lower(), key.lower())
-        if key in ("recompute", "precision", "attention_kernel"):
+        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",

@@ -158,6 +158,9 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     fields = dict(tp=tp, pp=_int(r, "pp", 1), vpp=_int(r, "vpp", 1) or 1, dp=_int(r, "dp"), cp=_int(r, "cp", 1) or 1,
                   ep=_int(r, "ep", 1) or 1, etp=_int(r, "etp"), sp=sp, zero_stage=zero, micro_batch=mb,
                   global_batch=_int(r, "global_batch"), recompute=rc, precision=prec)
+    dispatcher = (r.get("moe_dispatcher") or "").strip().lower()
+    if dispatcher:
+        fields["moe_dispatcher"] = dispatcher
     overlap = _bool(r, "dp_overlap")
     if overlap is not None:
         fields["overlap_dp_comm"] = overlap
@@ -184,31 +187,13 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     for col in ("first_stage_layers", "last_stage_layers"):
         if _int(r, col) is not None:
             fields[col] = _int(r, col)
-    if "first_stage_layers" not in fields and "last_stage_layers" not in fields:
-        split = uneven_split(model.num_layers, fields["pp"] or 1, fields["vpp"])
-        if split:
-            fields["first_stage_layers"], fields["last_stage_layers"] = split
-            notes.append(f"{model.num_layers} layers do not split over pp*vpp: assumed first/last pipeline chunks of "
-                         f"{split[0]}/{split[1]} layers, the rest even (Megatron-Core's uneven pipeline split)")
+    chunks = (fields["pp"] or 1) * fields["vpp"]
+    if ("first_stage_layers" not in fields and "last_stage_layers" not in fields and chunks > 1
+            and model.num_layers % chunks and (model.num_layers + 2) % chunks):
+        notes.append(f"{model.num_layers} layers do not split evenly over pp*vpp = {chunks} chunks: assumed as even as "
+                     "possible, the spare layers on the middle chunks")
     plan = make_plan(**fields)
     return make_job(model, cluster, plan, _int(r, "seq_len"), framework)
-
-
-def uneven_split(layers: int, pp: int, vpp: int) -> tuple[int, int] | None:
-    """(first, last) chunk sizes for a model whose layers do not split evenly (None when they do, or
-    when the Llama 3 / NeMo rule applies): the middle chunks take ceil(layers / chunks) each."""
-    chunks = pp * vpp
-    if chunks < 3 or layers % chunks == 0 or (layers + 2) % chunks == 0:
-        return None
-    per = -(-layers // chunks)
-    rest = layers - per * (chunks - 2)
-    while rest < 2 and per > 1:
-        per -= 1
-        rest = layers - per * (chunks - 2)
-    if rest < 2:
-        return None
-    first = -(-rest // 2)
-    return first, rest - first
 
 
 __all__ = ["MeasuredRow", "read_runs", "job_from_row", "model_from_row", "METRICS", "ClusterTwinError"]

@@ -85,6 +85,8 @@ def resolve_overlaps(plan: Plan, fw: FrameworkProfile) -> Plan:
             update[name] = getattr(fw, name)
     if plan.attention_kernel is None:
         update["attention_kernel"] = fw.attention_kernel
+    if plan.moe_dispatcher is None:
+        update["moe_dispatcher"] = fw.moe_dispatcher
     return plan.model_copy(update=update) if update else plan
 
 
@@ -117,7 +119,16 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         ep=plan.ep, expert_ffn=model.expert_ffn // etp if model.is_moe else 0,
         shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
         moe_load_factor=_moe_load(model, plan, seq_len),
+        moe_node_dedup=_node_dedup(model, plan),
     )
+
+
+def _node_dedup(model: ModelSpec, plan) -> tuple[int, int, int]:
+    """(top_k, expert groups, groups per token) when the dispatcher sends one copy per target node
+    (deepep), else () for the plain all-to-all."""
+    if not model.is_moe or plan.ep <= 1 or (getattr(plan, "moe_dispatcher", None) or "alltoall") != "deepep":
+        return ()
+    return (model.moe_top_k, model.moe_expert_groups, model.moe_topk_groups)
 
 
 def _moe_load(model: ModelSpec, plan, seq_len: int) -> float:

@@ -51,6 +51,7 @@ class LayerContext:
     num_experts: int = 0
     mla: tuple[int, ...] = ()   # (q_lora_rank or 0, kv_lora_rank, qk_rope_head_dim) when MLA
     moe_load_factor: float = 1.0  # busiest EP rank's tokens over the mean (routing imbalance)
+    moe_node_dedup: tuple[int, ...] = ()  # (top_k, groups, groups per token) with a node-deduplicating dispatcher
 
     @property
     def norm_rows(self) -> int:
@@ -218,15 +219,20 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     if c.ep > 1:
         bwd.append(collective("moe.dispatch.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
     bwd += bwd_tail
-    fwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _loaded([op], c.moe_load_factor)[0]
-           for op in fwd]
-    bwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _loaded([op], c.moe_load_factor)[0]
-           for op in bwd]
+    fwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _a2a(op, c) for op in fwd]
+    bwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _a2a(op, c) for op in bwd]
     if c.shared_ffn:
         s_fwd, s_bwd = _mlp(c, "moe.shared", c.shared_ffn, c.tokens, layer)
         fwd += s_fwd
         bwd = s_bwd + bwd
     return fwd, bwd
+
+
+def _a2a(op: Op, c: LayerContext) -> Op:
+    """A dispatch/combine all-to-all with the busiest rank's load and, with a node-deduplicating
+    dispatcher, what the network pricer needs to count one copy per target node."""
+    op = _loaded([op], c.moe_load_factor)[0]
+    return replace(op, extra={**op.extra, "node_dedup": c.moe_node_dedup}) if c.moe_node_dedup else op
 
 
 def _loaded(ops: list[Op], factor: float) -> list[Op]:
