@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import clustertwin as ct
 from clustertwin.catalog import cluster_for_gpu
 from clustertwin.cost.framework import get_framework
 from clustertwin.errors import PlanError
@@ -572,3 +573,80 @@ def test_predict_json_has_the_documented_keys() -> None:
     assert j["tflops_per_gpu"] == pytest.approx(flops / j["step_time_s"] / 16 / 1e12, rel=1e-12)
     assert j["mfu"] == pytest.approx(j["tflops_per_gpu"] * 1e12 / r.job.cluster.gpu.peak("bf16"), rel=1e-12)
     json.loads(json.dumps(j))  # plain JSON, no NaN or objects
+
+
+# ---- framework semantics: op-level SAC, FlashAttention-2, FSDP under PP; power caps ---------------------
+
+def _tt(framework: str, plan: str, gpu: str = "h100-sxm", n: int = 8, mb: int = 2, seq: int = 8192):
+    return ct.predict("llama3-8b", gpu=gpu, num_gpus=n, plan=plan, micro_batch=mb, global_batch=mb * n, seq_len=seq,
+                      framework=framework)
+
+
+def test_torchtitan_selective_is_op_level_sac():
+    from clustertwin.schedule.memory import layer_activation_bytes
+    from clustertwin.workload.graph import recompute_mode
+    from clustertwin.cost.framework import get_framework
+    assert recompute_mode("selective", get_framework("torchtitan")) == "selective_ops"
+    assert recompute_mode("selective", get_framework("megatron")) == "selective"
+    assert recompute_mode("full", get_framework("torchtitan")) == "full"
+    tt = _tt("torchtitan", "tp=1,zero=3,rc=selective")
+    c = tt.graph.context
+    T, h = c.tokens, c.hidden
+    q, v = c.heads * c.qk_head_dim, c.kv_heads * c.v_head_dim
+    # block input, wq and wv outputs, attention output + lse, w1 output, w2 output (bf16)
+    expected = 2 * T * (h + q + v + q + c.ffn + h) + 4 * T * c.heads
+    assert layer_activation_bytes(c, False, "selective_ops") == expected
+    none = layer_activation_bytes(c, False, "none")
+    assert layer_activation_bytes(c, False, "full") < expected < 0.6 * none
+    # it repeats the wk, wo and w3 matmuls, norms and elementwise: more than the attention core alone
+    names = {op.name for op in tt.graph.stages[0].blocks[1].recompute}
+    assert {"attn.qkv", "attn.proj", "mlp.up", "norm1", "mlp.act"} <= names
+    assert "mlp.down" not in names and not any(n.startswith("attn.flash") for n in names)
+    none_plan = _tt("torchtitan", "tp=1,zero=3,rc=none")
+    assert tt.memory.breakdown_bytes["activations"] < none_plan.memory.breakdown_bytes["activations"]
+    assert tt.breakdown_s["recompute"] > 0
+
+
+def test_flash2_is_slower_than_flash_on_hopper_only():
+    f3 = _tt("torchtitan", "tp=1,zero=3,attention_kernel=flash")
+    f2 = _tt("torchtitan", "tp=1,zero=3")
+    assert f2.graph.plan.attention_kernel == "flash2"
+    assert f2.step_time_s > f3.step_time_s
+    assert f2.memory.total_bytes == f3.memory.total_bytes
+    a3 = _tt("torchtitan", "tp=1,zero=3,attention_kernel=flash", gpu="a100-80gb", seq=4096)
+    a2 = _tt("torchtitan", "tp=1,zero=3,attention_kernel=flash2", gpu="a100-80gb", seq=4096)
+    assert a2.step_time_s == pytest.approx(a3.step_time_s)   # Ampere's best kernel is FlashAttention-2
+
+
+def test_power_cap_derates_tensor_throughput_by_the_cube_root():
+    from clustertwin.catalog import load_gpu
+    capped = load_gpu("h100-sxm-96gb")
+    assert capped.power_clock_scale == pytest.approx((500 / 700) ** (1 / 3))
+    assert load_gpu("h100-sxm").power_clock_scale == 1.0
+    assert capped.model_copy(update={"tdp_w": 800.0}).power_clock_scale == 1.0
+    from clustertwin.cost.compute import ComputePricer
+    from clustertwin.cost.framework import get_framework
+    from clustertwin.cost.profile import profile_for
+    from clustertwin.workload.transformer import gemm
+    op = gemm("g", 8192, 8192, 8192, "bf16", 2)
+    full = load_gpu("h100-sxm").model_copy(update={"hbm_bandwidth_bytes_per_s": capped.hbm_bandwidth_bytes_per_s,
+                                                     "hbm_bytes": capped.hbm_bytes})
+    t_cap = ComputePricer(capped, profile_for(capped), get_framework("megatron")).gemm_time(op)
+    t_full = ComputePricer(full, profile_for(full), get_framework("megatron")).gemm_time(op)
+    assert t_cap == pytest.approx(t_full / capped.power_clock_scale)
+
+
+def test_fsdp_under_pp_keeps_the_stage_gathered_in_torchtitan():
+    tt = ct.predict("llama3-8b", gpu="h100", num_gpus=16, plan="tp=1,pp=2,zero=3", micro_batch=1, global_batch=16,
+                    seq_len=4096, framework="torchtitan")
+    mg = ct.predict("llama3-8b", gpu="h100", num_gpus=16, plan="tp=1,pp=2,zero=3", micro_batch=1, global_batch=16,
+                    seq_len=4096, framework="deepspeed")
+    sg = tt.graph.stages[0]
+    assert not sg.microbatch_dp_ops and any(op.name.startswith("fsdp.") for op in sg.step_ops)
+    assert mg.graph.stages[0].microbatch_dp_ops
+    stage_params = sg.params.dense + sg.params.embedding
+    # unsharded fp32 gradient accumulation on top of the sharded gradients
+    assert tt.memory.breakdown_bytes["gradients"] == pytest.approx(4 * stage_params / 8 + 4 * stage_params)
+    no_pp = ct.predict("llama3-8b", gpu="h100", num_gpus=8, plan="tp=1,pp=1,zero=3", micro_batch=1, global_batch=8,
+                       seq_len=4096, framework="torchtitan")
+    assert no_pp.graph.stages[0].microbatch_dp_ops

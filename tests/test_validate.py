@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED_RUNS = ROOT.parent / "shared" / "validation" / "public_runs.csv"
 MOE_RUNS = ROOT / "data" / "validation" / "moe_public_runs.csv"
 DENSE_RUNS = ROOT / "data" / "validation" / "dense_public_runs.csv"
+TORCHTITAN_RUNS = ROOT / "data" / "validation" / "torchtitan_runs.csv"
 
 HEADER = ("run_id,source,source_url,model,arch,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,moe_experts,"
           "moe_topk,gpu,num_gpus,gpus_per_node,tp,pp,vpp,dp,cp,ep,sp,zero_stage,recompute,micro_batch,global_batch,"
@@ -61,3 +62,11 @@ def test_public_runs_accuracy_does_not_regress():
     assert len(errors) == len(report.rows)          # every row predicted
     assert sum(errors) / len(errors) <= 0.08        # the issue's MAPE bound
     assert sum(e <= 0.20 for e in errors) >= len(errors) - 3   # the three Megatron README rows of docs/validation.md
+
+
+def test_torchtitan_runs_time_and_memory_do_not_regress():
+    """torchtitan's published runs (docs/validation.md): the first measured memory rows."""
+    report = validate_rows(read_runs(TORCHTITAN_RUNS))
+    assert not report.failed_rows
+    assert report.mape_by_metric["peak_memory_bytes"] <= 0.20
+    assert report.mape_by_metric["tokens_per_s_per_gpu"] <= 0.30

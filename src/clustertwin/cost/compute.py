@@ -47,6 +47,8 @@ class ComputePricer:
         # ring attention (CP) runs the attention kernel on 2*cp load-balanced chunks of the sequence
         self.attention_chunks = attention_chunks
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
+        # a power cap below the rated TDP lowers the sustained tensor clock (measured tables include it)
+        self.clock = gpu.power_clock_scale
         self._cache: dict[Op, float] = {}
 
     def gemm_time(self, op: Op) -> float:
@@ -54,7 +56,7 @@ class ComputePricer:
         tables = self.profile.tables
         if tables is not None and tables.has_gemm(op.dtype):
             return self._measured_gemm_time(op, tables)
-        eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"])
+        eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
         chunks = self.tp_overlap_chunks if (op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name)
                                             and not op.name.startswith("moe.")) else 1
         if chunks > 1:
@@ -91,8 +93,16 @@ class ComputePricer:
         if measured is not None:  # a measured (key length, head dim) table
             eff = measured
         else:
-            eff = p.attention_bwd_efficiency if op.phase.value == "bwd" else p.attention_fwd_efficiency
-            eff *= rows / (rows + p.attention_seq_half)          # short rows do not fill the pipeline
+            bwd = op.phase.value == "bwd"
+            fa2 = op.name.startswith("attn.flash2") and p.attention_fa2_fwd_efficiency is not None
+            if fa2:
+                eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
+                seq_half = p.attention_fa2_seq_half or p.attention_seq_half
+            else:
+                eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
+                seq_half = p.attention_seq_half
+            eff *= rows / (rows + seq_half)                      # short rows do not fill the pipeline
+            eff *= self.clock
             eff *= min(1.0, (max(dqk, dv) / 128.0)) ** 0.5       # head dim 64 runs ~70-80% as fast as 128
         # fill: few (batch x heads x query tiles) blocks leave SMs idle
         blocks = b * heads * math.ceil(s_q / 128)

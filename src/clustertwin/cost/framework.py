@@ -7,7 +7,9 @@ vocab-parallel cross-entropy, use FlashAttention/cuDNN attention through Transfo
 reduce gradients in fp32 for bf16 (Megatron-LM arguments.py: "bfloat16 requires gradient
 accumulation and all-reduce to be done in fp32"). NeMo's H100 recipes enable TP communication
 overlap (userbuffers) and DP overlap. torchtitan (arXiv 2410.06511) trains with FSDP2, SDPA flash
-attention and reduces gradients in fp32. Eager PyTorch launches one kernel per elementwise op,
+attention and reduces gradients in fp32; as benchmarked (torch nightly of Dec 2024) SDPA ran
+FlashAttention-2 on Hopper (cuDNN attention was opt-in, pytorch/pytorch#138522), and its selective
+activation checkpointing is op-level (torchtitan parallelize_llama.py). Eager PyTorch launches one kernel per elementwise op,
 each kernel paying the CPU dispatch cost.
 """
 from __future__ import annotations
@@ -40,6 +42,12 @@ class FrameworkProfile:
     master_in_optimizer: bool = True
     step_overhead_s: float = 0.0           # per-iteration host work: data loading, loss reduction, logging
     moe_dispatcher: str = "alltoall"       # MoE token dispatch: alltoall (one copy per expert) | deepep
+    # what recompute=selective repeats: "attention" (Megatron: the attention core, Korthikanti et al.
+    # 2022) or "ops" (torchtitan's op-level SAC: keeps attention and every other matmul output)
+    selective_recompute: str = "attention"
+    # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
+    # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
+    fsdp_unsharded_with_pp: bool = False
 
 
 FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
@@ -55,7 +63,8 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
     "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6),
     "torchtitan": FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
                                    fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6,
-                                   master_in_optimizer=False),
+                                   master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
+                                   fsdp_unsharded_with_pp=True),
     "pytorch-eager": FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                                       fused_cross_entropy=False, grad_reduce_bytes=4, cpu_dispatch_s=8e-6,
                                       kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,

@@ -16,6 +16,10 @@ Published figures used for the defaults (architecture level):
   ~600-660 TFLOP/s forward (causal, head dim 128, 8K-16K keys) but ~420-500 at 2K keys, backward
   ~450-560 (Shah et al. 2024, arXiv 2407.08608, Fig. 5-7): efficiency = max * s/(s + s_half),
   s_half 1K on Hopper (its warp-specialised pipeline needs long rows), 512 on Ampere.
+- FlashAttention-2 on H100 (PyTorch SDPA's own flash kernel until cuDNN became its default on
+  Hopper in torch 2.9+): ~330-350 TFLOP/s forward at head dim 128 against FA3's ~600+ (Shah et al.
+  2024, Fig. 5; pytorch/pytorch#142132 measures 329 TFLOP/s against cuDNN's 631 at 4,608 keys),
+  backward ~300: 0.36 / 0.31 of peak, s_half 512 as on Ampere.
 - Memory-bound kernels: STREAM-like copies reach ~85-90% of HBM peak on A100/H100.
 - NCCL bus bandwidth: ~230 GB/s of A100's 300 GB/s NVLink per direction; ~360-370 GB/s of H100's
   450 GB/s; InfiniBand/RoCE reach ~90-95% of line rate (nccl-tests on DGX systems).
@@ -42,6 +46,11 @@ class HardwareProfile:
     attention_fwd_efficiency: float = 0.65
     attention_bwd_efficiency: float = 0.50
     attention_seq_half: float = 256.0    # key length at which flash attention reaches half its efficiency
+    # FlashAttention-2 where the architecture's best kernels are a later generation (Hopper: FA3 / cuDNN);
+    # None = the same as the numbers above (Ampere, whose best kernel is FlashAttention-2)
+    attention_fa2_fwd_efficiency: float | None = None
+    attention_fa2_bwd_efficiency: float | None = None
+    attention_fa2_seq_half: float | None = None
     memory_efficiency: float = 0.85      # achievable fraction of HBM bandwidth
     nvlink_efficiency: float = 0.78      # NCCL bus bandwidth / link peak, intra-node
     nic_efficiency: float = 0.92         # NCCL bus bandwidth / line rate, inter-node
@@ -59,6 +68,7 @@ ARCH_PROFILES: dict[str, HardwareProfile] = {
     "hopper": HardwareProfile(
         "hopper", gemm_efficiency={"bf16": 0.72, "fp16": 0.72, "fp8": 0.60, "fp32": 0.80, "tf32": 0.68},
         wave_quantization=0.5, k_half=256, attention_fwd_efficiency=0.70, attention_bwd_efficiency=0.58, attention_seq_half=1024,
+        attention_fa2_fwd_efficiency=0.36, attention_fa2_bwd_efficiency=0.31, attention_fa2_seq_half=512,
         memory_efficiency=0.88, nvlink_efficiency=0.81, nic_efficiency=0.93),
     "blackwell": HardwareProfile(
         "blackwell", gemm_efficiency={"bf16": 0.75, "fp16": 0.75, "fp8": 0.70, "fp4": 0.6, "fp32": 0.8, "tf32": 0.7},

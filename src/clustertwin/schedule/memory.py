@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..arith import maximum, minimum, where
 from ..cost.framework import FrameworkProfile
-from ..workload.graph import StageGraph, WorkloadGraph, expert_dp
+from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, recompute_mode
 from ..workload.transformer import LayerContext
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
@@ -27,13 +27,23 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     gemm_in = rows  # with SP the gathered norm output is not kept: it is re-gathered for wgrad
     if recompute == "full":
         return rows * h * a
+    if recompute == "selective_ops":
+        if moe or c.mla:
+            recompute = "selective"   # op-level SAC is counted for dense attention + MLP blocks
+        else:
+            # the block input, then what op-level SAC keeps: wq and wv outputs, the attention output
+            # and its log-sum-exp, w1's output and w2's (gated MLP; w1's alone otherwise)
+            q, v = c.heads * c.qk_head_dim, c.kv_heads * c.v_head_dim
+            kept = rows * h * a + T * (q + v + c.heads * c.v_head_dim) * a + T * c.heads * 4
+            kept += T * c.ffn * a + (T * h * a if c.gated else 0)
+            return float(kept)
     mask = 1 if c.dropout else 0
     total = 0.0
     # attention block: norm input, QKV input, Q/K/V, attention output (= projection input), dropout mask
     total += rows * h * a + gemm_in * h * a
     qkv = T * (c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)) * a
     total += qkv + T * c.heads * c.v_head_dim * a + rows * h * mask
-    if c.attention_kernel == "flash":
+    if c.attention_kernel in ("flash", "flash2"):
         total += T * c.heads * 4  # log-sum-exp, fp32
     elif recompute != "selective":
         scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
@@ -84,14 +94,14 @@ class MemoryEstimate:
 def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
     plan, fw, c = graph.plan, graph.framework, graph.context
     dp_cp = (plan.dp or 1) * plan.cp
-    rc = plan.recompute
+    rc = recompute_mode(plan.recompute, fw)
     names = {b.name for b in sg.blocks}
     moe = bool(sg.layers_moe)
     return stage_memory(
         fw, plan.precision, plan.zero_stage, rc, dense=sg.params.dense + sg.params.embedding, expert=sg.params.expert,
         dp_cp=dp_cp, edp=expert_dp(plan), layers_dense=sg.layers_dense, layers_moe=sg.layers_moe,
         act_dense=layer_activation_bytes(c, False, rc), act_moe=layer_activation_bytes(c, True, rc) if moe else 0.0,
-        act_full_layer=recompute_transient(c, rc, moe),
+        act_full_layer=recompute_transient(c, rc, moe), pp=plan.pp,
         embedding=sg.params.embedding,
         in_flight_layers=layers_in_flight(graph, sg.stage, sg.layers_dense + sg.layers_moe),
         logits=c.tokens * -(-graph.job.model.vocab_size // c.tp) if "head" in names else None,
@@ -112,6 +122,7 @@ def recompute_transient(c: LayerContext, recompute: str, moe: bool):
 
 
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recompute: str, *, dense, expert, dp_cp, edp,
+                 pp: int = 1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
                  logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
@@ -135,7 +146,13 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recomput
     grads = g_bytes * shard(dense, expert, z >= 2)
     optimizer = o_bytes * shard(dense, expert, z >= 1)
     other = fw.base_memory_bytes
-    if z >= 3:  # FSDP: the gathered 16-bit weights of the unit in use and the one prefetched
+    if z >= 3 and pp > 1 and fw.fsdp_unsharded_with_pp:
+        # the stage's 16-bit weights stay gathered through the step, and its gradients accumulate
+        # unsharded in the reduce dtype (fp32) until the last micro-batch (FSDP2: "accumulated
+        # gradient of the reduce dtype if the previous backward did not reduce-scatter")
+        other += where(maximum(dp_cp, edp) > 1, 2 * (dense + expert), 0.0)
+        grads = grads + where(maximum(dp_cp, edp) > 1, 4 * (dense + expert), 0.0)
+    elif z >= 3:  # FSDP: the gathered 16-bit weights of the unit in use and the one prefetched
         layer = (dense - embedding + expert) / max(1, layers_dense + layers_moe)
         gathered = 2 * maximum(2 * layer, layer + embedding)
         other += where(maximum(dp_cp, edp) > 1, gathered, 0.0)  # nothing is sharded without a DP group

@@ -27,7 +27,7 @@ from ..schedule.step import (Pricer, StageTime, accumulate_ops, compose_step, ex
                              step_bucket, tp_overlap_chunks)
 from ..specs import stage_layer_split
 from ..specs.plan import Plan
-from ..workload.graph import (_recompute_ops, dp_collectives, layer_context, optimizer_traffic,
+from ..workload.graph import (_recompute_ops, dp_collectives, layer_context, optimizer_traffic, recompute_mode,
                               pipeline_message_bytes, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
@@ -155,7 +155,7 @@ class Evaluator:
         key = (ctx_id, moe, rc)
         v = self._acts.get(key)
         if v is None:
-            v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, rc)
+            v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw))
         return v
 
     def _pricer(self, tp: int, cp: int, ep: int, overlap_tp: bool) -> Pricer:
@@ -203,7 +203,7 @@ class Evaluator:
                 out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
                           st.moe_imbalance_s)
             else:
-                ops = _recompute_ops(rc, f, core)
+                ops = _recompute_ops(recompute_mode(rc, self.fw), f, core, c, name == "moe_layer")
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer, record=False)
                 out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
                           st.moe_imbalance_s)
@@ -318,7 +318,7 @@ class Evaluator:
                     moe = cls.n_moe > 0
                     transient = np.maximum(trans_d, trans_m) if moe else trans_d
                     mem = stage_memory(
-                        fw, space.precision, z, rc, dense=dense[k][s_rows_a], expert=expert[k][s_rows_a],
+                        fw, space.precision, z, rc, pp=pp, dense=dense[k][s_rows_a], expert=expert[k][s_rows_a],
                         dp_cp=dp_cp_m, edp=edp[s_rows_a], layers_dense=cls.n_dense, layers_moe=cls.n_moe,
                         act_dense=act_d, act_moe=act_m if moe else 0.0, act_full_layer=transient,
                         in_flight_layers=in_flight(pp, vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
@@ -414,7 +414,8 @@ class Evaluator:
                 groups = ((dense[k][sr], dp_pl, dp_idx[sr]), (expert[k][sr], edp_pl, edp_idx[sr]))
                 acc = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp": 0}
                 for n, pls, idx in groups:
-                    for _name, kind, _phase, per_mb, elem in dp_collectives(z):
+                    for _name, kind, _phase, per_mb, elem in dp_collectives(
+                            z, z >= 3 and pp > 1 and self.fw.fsdp_unsharded_with_pp):
                         t = self.network.time_many(kind, n * (gb if elem == "grad" else pb), pls, idx)
                         bucket = "fsdp" if per_mb else step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t

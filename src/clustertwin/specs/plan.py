@@ -45,8 +45,10 @@ class Plan(Frozen):
         None, description="alltoall: one copy per routed expert on every link (Megatron's default); deepep: one "
                           "copy per target node over the NICs, fanned out over NVLink (DeepSeek-V3 Sec. 3.2.2, "
                           "DeepEP); None = framework default")
-    attention_kernel: Literal["flash", "unfused"] | None = Field(
-        None, description="flash (fused, no s^2 tensors) or unfused (bmm + fused softmax); None = framework default")
+    attention_kernel: Literal["flash", "flash2", "unfused"] | None = Field(
+        None, description="flash (fused, no s^2 tensors: FlashAttention-3 / cuDNN class on Hopper), flash2 "
+                          "(FlashAttention-2, PyTorch SDPA's own flash kernel) or unfused (bmm + fused softmax); "
+                          "None = framework default")
     precision: Precision = "bf16"
     # overlap options: None = the framework's default (see cost/framework.py)
     overlap_dp_comm: bool | None = Field(None, description="gradient reduce-scatter/all-reduce overlapped with backward")

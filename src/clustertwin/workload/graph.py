@@ -12,7 +12,7 @@ from ..specs.model import ModelSpec
 from ..specs.plan import Plan
 from .ops import Op, OpKind, Phase
 from .moe import load_factor
-from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops
+from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, op_sac_recompute
 
 
 @dataclass(frozen=True)
@@ -141,11 +141,22 @@ def _moe_load(model: ModelSpec, plan, seq_len: int) -> float:
     return factor
 
 
-def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...]) -> tuple[Op, ...]:
+def recompute_mode(recompute: str, fw: FrameworkProfile) -> str:
+    """What a plan's recompute mode repeats in this framework: Megatron's ``selective`` is the
+    attention core (Korthikanti et al. 2022); torchtitan's is op-level (``selective_ops``)."""
+    return "selective_ops" if recompute == "selective" and fw.selective_recompute == "ops" else recompute
+
+
+def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: LayerContext | None = None,
+                   moe: bool = False) -> tuple[Op, ...]:
+    if mode == "selective_ops" and (moe or c is None or c.mla):
+        mode = "selective"   # op-level SAC is priced for dense attention + MLP blocks
     if mode == "full":
         ops = fwd
     elif mode == "selective":
         ops = core
+    elif mode == "selective_ops":
+        ops = op_sac_recompute(c, fwd)
     else:
         return ()
     return tuple(Op(op.name, op.kind, Phase.RECOMPUTE, op.flops, op.bytes, op.shape, op.dtype, op.collective,
@@ -205,6 +216,7 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
     fw = get_framework(framework or job.framework) if not isinstance(framework, FrameworkProfile) else framework
     model, plan = job.model, resolve_overlaps(job.plan, fw)
     ctx = layer_context(model, plan, job.seq_len, fw)
+    rc = recompute_mode(plan.recompute, fw)
     p, v = plan.pp, plan.vpp
     split = stage_layer_split(model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers)
     m = plan.global_batch // (plan.dp * plan.micro_batch)  # type: ignore[operator]
@@ -230,9 +242,9 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
         if first:
             blocks.append(Block("embedding", emb_f, emb_b, (), 1))
         if n_dense:
-            blocks.append(Block("layer", dense_f, dense_b, _recompute_ops(plan.recompute, dense_f, dense_core), n_dense))
+            blocks.append(Block("layer", dense_f, dense_b, _recompute_ops(rc, dense_f, dense_core, ctx), n_dense))
         if n_moe:
-            blocks.append(Block("moe_layer", moe_f, moe_b, _recompute_ops(plan.recompute, moe_f, moe_core), n_moe))
+            blocks.append(Block("moe_layer", moe_f, moe_b, _recompute_ops(rc, moe_f, moe_core, ctx, True), n_moe))
         if last:
             blocks.append(Block("head", head_f, head_b, (), 1))
         params = stage_params(model, plan, layer_ids, first, last)
@@ -262,7 +274,7 @@ def _dp_ops(model: ModelSpec, plan: Plan, fw: FrameworkProfile, params: StagePar
     for group, n, size in groups:
         if n <= 0 or size <= 1:
             continue
-        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage):
+        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, fsdp_per_step(plan, fw)):
             nbytes = n * (gb if elem == "grad" else pb)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
@@ -271,9 +283,20 @@ def _dp_ops(model: ModelSpec, plan: Plan, fw: FrameworkProfile, params: StagePar
     return tuple(step), tuple(per_mb)
 
 
-def dp_collectives(zero_stage: int) -> tuple[tuple[str, str, Phase, bool, str], ...]:
+def fsdp_per_step(plan, fw: FrameworkProfile) -> bool:
+    """FSDP that keeps a pipeline stage's parameters gathered, and its gradients unreduced, across
+    the micro-batches of a step (torchtitan with PP: reshard_after_forward off, gradient sync on the
+    last micro-batch): one gather and one reduce-scatter per step instead of per micro-batch."""
+    return plan.zero_stage >= 3 and plan.pp > 1 and fw.fsdp_unsharded_with_pp
+
+
+def dp_collectives(zero_stage: int, per_step: bool = False) -> tuple[tuple[str, str, Phase, bool, str], ...]:
     """The data-parallel collectives of a ZeRO stage, per parameter group: (name, kind, phase, once per
-    micro-batch?, element: "grad" (reduced in the framework's gradient dtype) or "param" (16-bit))."""
+    micro-batch?, element: "grad" (reduced in the framework's gradient dtype) or "param" (16-bit)).
+    ``per_step``: FSDP gathering once and reducing once per step (``fsdp_per_step``)."""
+    if zero_stage >= 3 and per_step:
+        return (("fsdp.param_all_gather", "all_gather", Phase.STEP, False, "param"),
+                ("fsdp.grad_reduce_scatter", "reduce_scatter", Phase.STEP, False, "grad"))
     if zero_stage == 0:
         return (("dp.grad_allreduce", "all_reduce", Phase.STEP, False, "grad"),)
     if zero_stage in (1, 2):

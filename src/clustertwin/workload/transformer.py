@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from .ops import Op, OpKind, Phase
+from .ops import Op, OpKind, Phase, is_score_gemm
 
 FWD, BWD = Phase.FWD, Phase.BWD
 
@@ -143,13 +143,14 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
     b, a = c.micro_batch, c.heads
     s_q = c.tokens // b
     s_kv = c.seq_len
-    if c.attention_kernel == "flash":
+    if c.attention_kernel in ("flash", "flash2"):
         # causal: on average each query sees half the keys (CP load-balances the halves)
         flops = 2.0 * c.tokens * a * (s_kv / 2.0) * (c.qk_head_dim + c.v_head_dim)
         io = c.tokens * (a * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim) + a * c.v_head_dim) * 2
         shape = (b, a, s_q, s_kv, c.qk_head_dim, c.v_head_dim)
-        fwd = Op("attn.flash", OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
-        bwd = Op("attn.flash.bwd", OpKind.ATTENTION, BWD, flops=2.5 * flops, bytes=float(2 * io), shape=shape,
+        name = "attn." + c.attention_kernel
+        fwd = Op(name, OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
+        bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=2.5 * flops, bytes=float(2 * io), shape=shape,
                  layer=layer)
         return [fwd], [bwd], [fwd]
     scores = b * a * s_q * s_kv
@@ -307,6 +308,35 @@ def layer_ops(c: LayerContext, moe: bool) -> tuple[tuple[Op, ...], tuple[Op, ...
     if c.gemm_dtype == "fp8":
         fwd, bwd = _with_fp8_casts(fwd), _with_fp8_casts(bwd)
     return tuple(fwd), tuple(bwd), tuple(core_rc)
+
+
+def op_sac_recompute(c: LayerContext, fwd: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The forward ops that op-level selective activation checkpointing repeats (torchtitan's
+    ``selective_ac_option = "op"``, torchtitan/parallelisms/parallelize_llama.py): it keeps the
+    outputs of the attention kernel and of every other matmul of the block -- in call order wq, wk,
+    wv, wo, w1, w3, w2 (gated) it keeps wq, wv, w1, w2 -- and recomputes everything else: norms,
+    RoPE, activations, residual adds and the wk, wo and w3 matmuls (w2 for a non-gated MLP).
+    Our fused QKV and gate/up GEMMs contribute the share of the matmuls recomputed."""
+    q = c.heads * c.qk_head_dim
+    k = c.kv_heads * c.qk_head_dim
+    v = c.kv_heads * c.v_head_dim
+    keep_share = {"attn.qkv": (q + v) / (q + k + v), "mlp.up": 0.5 if c.gated else 1.0,
+                  "mlp.down": 1.0 if c.gated else 0.0, "attn.proj": 0.0}
+    out = []
+    for op in fwd:
+        if op.is_comm or op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
+            continue
+        base = op.name.removesuffix(".fp8_cast")
+        share = 1.0 - keep_share.get(base, 0.0)
+        if share <= 0.0:
+            continue
+        if share < 1.0 and op.kind == OpKind.GEMM:       # the recomputed columns of a fused GEMM
+            batch, m, n, k = op.shape
+            op = replace(gemm(op.name, m, max(1, round(n * share)), k, op.dtype, c.act_bytes, batch, FWD, op.layer))
+        elif share < 1.0:                                 # its input cast, in proportion
+            op = replace(op, bytes=op.bytes * share)
+        out.append(op)
+    return tuple(out)
 
 
 def _with_fp8_casts(ops: list[Op]) -> list[Op]:
