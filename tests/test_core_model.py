@@ -650,3 +650,15 @@ def test_fsdp_under_pp_keeps_the_stage_gathered_in_torchtitan():
     no_pp = ct.predict("llama3-8b", gpu="h100", num_gpus=8, plan="tp=1,pp=1,zero=3", micro_batch=1, global_batch=8,
                        seq_len=4096, framework="torchtitan")
     assert no_pp.graph.stages[0].microbatch_dp_ops
+
+
+def test_gradient_reduction_dtype_is_a_plan_choice_with_framework_defaults():
+    kw = dict(gpu="h100", num_gpus=64, micro_batch=1, global_batch=64, seq_len=4096)
+    mg = ct.predict("llama3-70b", plan="tp=8,pp=2", framework="megatron", **kw)
+    nemo = ct.predict("llama3-70b", plan="tp=8,pp=2", framework="nemo", **kw)
+    mg16 = ct.predict("llama3-70b", plan="tp=8,pp=2,grad_reduce_dtype=bf16", framework="megatron", **kw)
+    assert mg.graph.plan.grad_reduce_dtype == "fp32" and nemo.graph.plan.grad_reduce_dtype == "bf16"
+    assert mg16.memory.breakdown_bytes["gradients"] == pytest.approx(mg.memory.breakdown_bytes["gradients"] / 2)
+    assert mg16.memory.breakdown_bytes["gradients"] == pytest.approx(nemo.memory.breakdown_bytes["gradients"])
+    # half the bytes to reduce: the DP reduction is never slower
+    assert mg16.breakdown_s["dp_comm"] <= mg.breakdown_s["dp_comm"]

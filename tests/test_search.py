@@ -122,6 +122,7 @@ def test_every_feasible_plan_and_only_those() -> None:
     ("llama3-8b", "h100-sxm", 16, 32, 8192, {}),                                    # GQA, cp
     ("mixtral-8x7b", "h100-sxm", 16, 32, 4096, {}),                                 # MoE: ep, edp
     ("mixtral-8x7b", "h100-sxm", 32, 32, 4096, {"fix": "dispatcher=deepep"}),       # EP across nodes, dedup
+    ("llama3-8b", "h100-sxm", 16, 32, 4096, {"fix": "grad_reduce_dtype=bf16"}),    # bf16 gradient buffers
     ("qwen1.5-moe-a2.7b", "h100-sxm", 16, 64, 4096, {"precision": "fp8"}),          # shared experts, fp8
     ("llama3-8b", "a100-80gb", 16, 32, 4096, {"framework": "torchtitan"}),          # autocast weights
 ])

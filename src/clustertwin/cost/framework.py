@@ -14,7 +14,7 @@ each kernel paying the CPU dispatch cost.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import SpecError
 
@@ -57,8 +57,11 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
     # The loss is Megatron's vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless
     # --cross-entropy-loss-fusion is given (off by default).
     "megatron": FrameworkProfile("megatron", overlap_tp_comm=True, fused_cross_entropy=False),
-    # NeMo recipes on Megatron-Core: the same kernels and overlaps.
-    "nemo": FrameworkProfile("nemo", overlap_tp_comm=True),
+    # NeMo recipes on Megatron-Core: the same kernels and overlaps; its performance recipes (what
+    # NVIDIA's published NeMo/DGX Cloud figures run: pretrain_recipe(performance_mode=True) and
+    # scripts/performance) set grad_reduce_in_fp32 = False, "bf16 grad dtype": 2-byte gradient
+    # buffers and reductions.
+    "nemo": FrameworkProfile("nemo", overlap_tp_comm=True, grad_reduce_bytes=2),
     # DeepSpeed with Megatron-style kernels; ZeRO comes from the plan.
     "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6),
     "torchtitan": FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
@@ -74,6 +77,15 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
                                         base_memory_bytes=0.6e9, allocator_overhead=0.03,
                                         master_in_optimizer=False),
 }
+
+
+def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
+    """The framework with what a plan overrides (the gradient reduction dtype)."""
+    dtype = getattr(plan, "grad_reduce_dtype", None)
+    if dtype is None:
+        return fw
+    nbytes = 4 if dtype == "fp32" else 2
+    return fw if nbytes == fw.grad_reduce_bytes else replace(fw, grad_reduce_bytes=nbytes)
 
 
 def get_framework(name: str) -> FrameworkProfile:

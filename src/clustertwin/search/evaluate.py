@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
-from ..cost.framework import get_framework
+from ..cost.framework import for_plan, get_framework
 from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
 from ..schedule.memory import in_flight, layer_activation_bytes, stage_memory
@@ -62,7 +62,7 @@ class Candidate:
                       precision=space.precision, overlap_tp_comm=self.overlap_tp_comm,
                       overlap_dp_comm=self.overlap_dp_comm, overlap_param_gather=self.overlap_param_gather,
                       overlap_pp_comm=self.overlap_pp_comm)
-        for k in ("etp", "attention_kernel", "moe_dispatcher"):
+        for k in ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype"):
             if k in space.fixed:
                 fields[k] = space.fixed[k]
         return Plan(**fields)
@@ -119,7 +119,7 @@ class Evaluator:
         self.space = space
         self._key = _shape_key(space)
         self.model = space.model
-        self.fw = get_framework(space.framework)
+        self.fw = for_plan(get_framework(space.framework), SimpleNamespace(**space.fixed))
         self.profile = profile or profile_for(space.cluster.gpu)
         self.network = NetworkPricer(space.cluster, self.profile)
         self.kernel = space.fixed.get("attention_kernel") or self.fw.attention_kernel

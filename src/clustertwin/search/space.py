@@ -51,7 +51,7 @@ PRUNE_REASONS: dict[str, str] = {
 # plan fields --fix may hold (the rest of a plan is set by the job: precision, global batch)
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-           "moe_dispatcher")
+           "moe_dispatcher", "grad_reduce_dtype")
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 

@@ -50,6 +50,9 @@ class Plan(Frozen):
                           "(FlashAttention-2, PyTorch SDPA's own flash kernel) or unfused (bmm + fused softmax); "
                           "None = framework default")
     precision: Precision = "bf16"
+    grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="dtype of the gradient buffers and their DP reduction (Megatron-LM: fp32 with bf16 "
+                          "training; NeMo's performance recipes: bf16); None = framework default")
     # overlap options: None = the framework's default (see cost/framework.py)
     overlap_dp_comm: bool | None = Field(None, description="gradient reduce-scatter/all-reduce overlapped with backward")
     overlap_param_gather: bool | None = Field(None, description="ZeRO/FSDP parameter all-gather overlapped with compute")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..cost.framework import FrameworkProfile, get_framework
+from ..cost.framework import FrameworkProfile, for_plan, get_framework
 from ..specs import TrainingJob, stage_layer_split
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan
@@ -87,6 +87,8 @@ def resolve_overlaps(plan: Plan, fw: FrameworkProfile) -> Plan:
         update["attention_kernel"] = fw.attention_kernel
     if plan.moe_dispatcher is None:
         update["moe_dispatcher"] = fw.moe_dispatcher
+    if plan.grad_reduce_dtype is None:
+        update["grad_reduce_dtype"] = "fp32" if fw.grad_reduce_bytes >= 4 else "bf16"
     return plan.model_copy(update=update) if update else plan
 
 
@@ -214,6 +216,7 @@ def pipeline_message_bytes(ctx: LayerContext, model: ModelSpec) -> float:
 
 def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = None) -> WorkloadGraph:
     fw = get_framework(framework or job.framework) if not isinstance(framework, FrameworkProfile) else framework
+    fw = for_plan(fw, job.plan)
     model, plan = job.model, resolve_overlaps(job.plan, fw)
     ctx = layer_context(model, plan, job.seq_len, fw)
     rc = recompute_mode(plan.recompute, fw)
