@@ -175,9 +175,17 @@ def test_weight_gradient_optimizer_bytes_by_zero_stage(framework: str, w_b: int,
         assert g_b == get_framework("megatron").grad_reduce_bytes
     mem = r.memory.breakdown_bytes
     assert mem["weights"] == pytest.approx(w_b * P / (n if zero >= 3 else 1), rel=1e-12)
-    assert mem["gradients"] == pytest.approx(g_b * P / (n if zero >= 2 else 1), rel=1e-12)
+    # ZeRO-2 reduces once per step: with accumulation (2 micro-batches here) it holds the full buffer
+    assert r.graph.num_microbatches == 8 // r.job.plan.dp // r.job.plan.micro_batch
+    sharded_grads = zero >= 3 or (zero == 2 and r.graph.num_microbatches == 1)
+    assert mem["gradients"] == pytest.approx(g_b * P / (n if sharded_grads else 1), rel=1e-12)
     assert mem["optimizer"] == pytest.approx(o_b * P / (n if zero >= 1 else 1), rel=1e-12)
     assert r.memory.total_bytes == pytest.approx(sum(mem.values()))
+    if zero == 2:  # one micro-batch per step: only the shard is kept
+        one = predict(model, gpu="h100-sxm", num_gpus=n, plan=f"cp={cp},zero=2", global_batch=4 // cp, seq_len=128,
+                      framework=framework)
+        assert one.graph.num_microbatches == 1
+        assert one.memory.breakdown_bytes["gradients"] == pytest.approx(g_b * P / n, rel=1e-12)
 
 
 # ---- 3. Pipeline bubble ---------------------------------------------------------------------------------
@@ -662,3 +670,40 @@ def test_gradient_reduction_dtype_is_a_plan_choice_with_framework_defaults():
     assert mg16.memory.breakdown_bytes["gradients"] == pytest.approx(nemo.memory.breakdown_bytes["gradients"])
     # half the bytes to reduce: the DP reduction is never slower
     assert mg16.breakdown_s["dp_comm"] <= mg.breakdown_s["dp_comm"]
+
+
+def test_torchtitan_memory_never_grows_with_zero_under_pp():
+    kw = dict(gpu="h100-sxm", num_gpus=32, micro_batch=1, global_batch=64, seq_len=2048, framework="torchtitan")
+    mem = [ct.predict("llama3-8b", plan=f"tp=1,pp=2,zero={z}", **kw).memory.total_bytes for z in range(4)]
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(mem, mem[1:])), mem
+    # the unsharded accumulation is in the gradient reduction dtype
+    f32 = ct.predict("llama3-8b", plan="tp=1,pp=2,zero=3", **kw)
+    b16 = ct.predict("llama3-8b", plan="tp=1,pp=2,zero=3,grad_reduce_dtype=BF16", **kw)
+    sg = f32.graph.stages[f32.memory.critical_stage]
+    assert b16.memory.critical_stage == f32.memory.critical_stage
+    stage = sg.params.dense + sg.params.embedding
+    drop = f32.memory.breakdown_bytes["gradients"] - b16.memory.breakdown_bytes["gradients"]
+    assert drop == pytest.approx(2 * stage)     # fp32 -> bf16 accumulation buffer; the fp32 shard stays
+
+
+def test_torchtitan_selective_with_unfused_attention_keeps_megatron_semantics():
+    kw = dict(gpu="h100-sxm", num_gpus=8, micro_batch=1, global_batch=8, seq_len=4096)
+    tt = ct.predict("llama3-8b", plan="tp=1,zero=3,rc=selective,attention_kernel=unfused", framework="torchtitan", **kw)
+    names = {op.name for op in tt.graph.stages[0].blocks[1].recompute}
+    assert {"attn.qk", "attn.softmax", "attn.av"} <= names      # the s^2 scores are recomputed, not lost
+    c = tt.graph.context
+    assert tt.memory.breakdown_bytes["activations"] > 0
+    from clustertwin.schedule.memory import layer_activation_bytes
+    assert layer_activation_bytes(c, False, "selective_ops") == layer_activation_bytes(c, False, "selective")
+
+
+def test_moe_experts_process_the_tokens_of_their_expert_tp_group():
+    kw = dict(gpu="h100-sxm", num_gpus=48, global_batch=96, seq_len=4096, micro_batch=32)
+    etp_tp = ct.predict("mixtral-8x7b", plan="tp=16,pp=1,sp=1,zero=1", **kw)
+    assert etp_tp.mfu < 1.0
+    c = etp_tp.graph.context
+    assert (c.etp, c.tp) == (16, 16) and c.moe_tokens == c.tokens          # all tokens, 1/16 of each expert
+    up = next(op for op, _ in etp_tp.graph.stages[0].ops(Phase.FWD) if op.name == "moe.expert.up")
+    assert up.shape[0] * up.shape[1] == c.moe_tokens * c.top_k           # batch of experts x tokens each
+    etp1 = ct.predict("mixtral-8x7b", plan="tp=16,pp=1,sp=1,zero=1,etp=1,ep=1", **kw)
+    assert etp1.graph.context.moe_tokens == c.tokens // 16                # its own SP shard, whole experts

@@ -290,3 +290,14 @@ def test_nothing_divides_is_a_plan_error_naming_the_reasons() -> None:
     two = TINY.model_copy(update={"name": "two-layers", "num_layers": 2})
     with pytest.raises(PlanError, match="no plan of two-layers divides"):
         search(two, gpu="h100-sxm", num_gpus=24, global_batch=16, seq_len=512, pareto_points=1)
+
+
+def test_torchtitan_fsdp_under_pp_searches_the_gradient_overlap() -> None:
+    """torchtitan reduces FSDP gradients once per step under PP: overlap_dp_comm matters there."""
+    r = search("llama3-8b", gpu="h100-sxm", num_gpus=32, global_batch=32, seq_len=8192, framework="torchtitan",
+               fix="tp=1,pp=4,vpp=1,zero=3,mb=1,rc=none", pareto_points=1, top=1)
+    best = r.plans[0].prediction
+    assert best.graph.plan.overlap_dp_comm is True
+    off = predict_job(make_job(best.job.model, best.job.cluster,
+                               best.job.plan.model_copy(update={"overlap_dp_comm": False}), 8192, "torchtitan"))
+    assert best.step_time_s < off.step_time_s

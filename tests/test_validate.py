@@ -70,3 +70,10 @@ def test_torchtitan_runs_time_and_memory_do_not_regress():
     assert not report.failed_rows
     assert report.mape_by_metric["peak_memory_bytes"] <= 0.20
     assert report.mape_by_metric["tokens_per_s_per_gpu"] <= 0.30
+
+
+def test_etp_inference_derives_an_empty_dp(tmp_path):
+    # dp left empty: 16 GPUs / (tp 2 * pp 2) = 4 -> tp*cp*dp = 8 ranks; ep=8 with etp=tp=2 would need 16
+    row, = _rows(tmp_path, "moe,t,,m,mixtral,4,1024,8,8,2048,32000,2048,8,2,h100-sxm,16,8,2,2,,,1,8,1,1,none,1,64,"
+                           "bf16,megatron,iteration_time_s,1.0,")
+    assert job_from_row(row).plan.etp == 1

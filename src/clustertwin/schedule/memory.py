@@ -28,8 +28,8 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     if recompute == "full":
         return rows * h * a
     if recompute == "selective_ops":
-        if moe or c.mla:
-            recompute = "selective"   # op-level SAC is counted for dense attention + MLP blocks
+        if moe or c.mla or c.attention_kernel == "unfused":
+            recompute = "selective"   # op-level SAC is counted for dense blocks with a fused attention kernel
         else:
             # the block input, then what op-level SAC keeps: wq and wv outputs, the attention output
             # and its log-sum-exp, w1's output and w2's (gated MLP; w1's alone otherwise)
@@ -52,7 +52,7 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     total += rows * h * a + rows * h * mask
     ups = 2 if c.gated else 1
     if moe:
-        tokens = T // c.tp if c.tp > 1 else T
+        tokens = c.moe_tokens
         routed = tokens * c.top_k
         total += tokens * h * a + routed * h * a * 2 + routed * c.expert_ffn * a * (ups + 1)
         if c.shared_ffn:
@@ -101,7 +101,7 @@ def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
         fw, plan.precision, plan.zero_stage, rc, dense=sg.params.dense + sg.params.embedding, expert=sg.params.expert,
         dp_cp=dp_cp, edp=expert_dp(plan), layers_dense=sg.layers_dense, layers_moe=sg.layers_moe,
         act_dense=layer_activation_bytes(c, False, rc), act_moe=layer_activation_bytes(c, True, rc) if moe else 0.0,
-        act_full_layer=recompute_transient(c, rc, moe), pp=plan.pp,
+        act_full_layer=recompute_transient(c, rc, moe), pp=plan.pp, microbatches=graph.num_microbatches,
         embedding=sg.params.embedding,
         in_flight_layers=layers_in_flight(graph, sg.stage, sg.layers_dense + sg.layers_moe),
         logits=c.tokens * -(-graph.job.model.vocab_size // c.tp) if "head" in names else None,
@@ -122,7 +122,7 @@ def recompute_transient(c: LayerContext, recompute: str, moe: bool):
 
 
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recompute: str, *, dense, expert, dp_cp, edp,
-                 pp: int = 1,
+                 pp: int = 1, microbatches=1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
                  logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
@@ -143,7 +143,13 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recomput
     else:
         w_bytes, g_bytes, o_bytes = 4, 4, 8
     weights = w_bytes * shard(dense, expert, z >= 3)
-    grads = g_bytes * shard(dense, expert, z >= 2)
+    if z == 2:
+        # ZeRO-2 reduces the gradients once per step (as Megatron's distributed optimizer and FSDP
+        # without resharding do): with gradient accumulation the full buffer lives between
+        # micro-batches, and only a single micro-batch lets it keep just its shard
+        grads = g_bytes * where(microbatches > 1, shard(dense, expert, False), shard(dense, expert, True))
+    else:
+        grads = g_bytes * shard(dense, expert, z >= 3)
     optimizer = o_bytes * shard(dense, expert, z >= 1)
     other = fw.base_memory_bytes
     if z >= 3 and pp > 1 and fw.fsdp_unsharded_with_pp:
@@ -151,7 +157,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recomput
         # unsharded in the reduce dtype (fp32) until the last micro-batch (FSDP2: "accumulated
         # gradient of the reduce dtype if the previous backward did not reduce-scatter")
         other += where(maximum(dp_cp, edp) > 1, 2 * (dense + expert), 0.0)
-        grads = grads + where(maximum(dp_cp, edp) > 1, 4 * (dense + expert), 0.0)
+        grads = grads + where(maximum(dp_cp, edp) > 1, fw.grad_reduce_bytes * (dense + expert), 0.0)
     elif z >= 3:  # FSDP: the gathered 16-bit weights of the unit in use and the one prefetched
         layer = (dense - embedding + expert) / max(1, layers_dense + layers_moe)
         gathered = 2 * maximum(2 * layer, layer + embedding)

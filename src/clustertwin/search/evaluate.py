@@ -318,7 +318,8 @@ class Evaluator:
                     moe = cls.n_moe > 0
                     transient = np.maximum(trans_d, trans_m) if moe else trans_d
                     mem = stage_memory(
-                        fw, space.precision, z, rc, pp=pp, dense=dense[k][s_rows_a], expert=expert[k][s_rows_a],
+                        fw, space.precision, z, rc, pp=pp, microbatches=m_m, dense=dense[k][s_rows_a],
+                        expert=expert[k][s_rows_a],
                         dp_cp=dp_cp_m, edp=edp[s_rows_a], layers_dense=cls.n_dense, layers_moe=cls.n_moe,
                         act_dense=act_d, act_moe=act_m if moe else 0.0, act_full_layer=transient,
                         in_flight_layers=in_flight(pp, vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
@@ -330,7 +331,7 @@ class Evaluator:
                     worst = tot if worst is None else np.maximum(worst, tot)
                 ok = (worst <= space.memory_limit_bytes) & in_domain
                 n_opg = space.flag_count("overlap_param_gather", (dp_cp > 1) & (z > 0))
-                n_odp = space.flag_count("overlap_dp_comm", (dp_cp > 1) & (z < 3))
+                n_odp = space.flag_count("overlap_dp_comm", space.dp_overlap_matters(dp_cp, z, pp))
                 n_opt = (n_otp * n_odp * n_opg * len(opp_domain))[s_rows_a]
                 feasible += int(n_opt[ok].sum())
                 pruned += int(n_opt[in_domain & ~ok].sum())
@@ -430,7 +431,7 @@ class Evaluator:
         m_rows = m_s[srow]
         params_rows = [params_k[srow] for params_k in total_params]
         for odp, opg in itertools.product((False, True), (False, True)):
-            valid = (space.flag_allows("overlap_dp_comm", odp, (dp_cp_r > 1) & (z_col < 3))
+            valid = (space.flag_allows("overlap_dp_comm", odp, space.dp_overlap_matters(dp_cp_r, z_col, pp))
                      & space.flag_allows("overlap_param_gather", opg, (dp_cp_r > 1) & (z_col > 0)))
             if not valid.any():
                 continue

@@ -10,7 +10,8 @@ stage and the four overlaps. The raw domains:
 - ep: the divisors of the routed experts (1 for a dense model); mb: the divisors of the global batch;
 - sp, overlap_tp_comm: both values when tp > 1; overlap_pp_comm: when pp > 1; ZeRO 0-3 when
   dp*cp > 1, else 0 and 3; overlap_dp_comm: with ZeRO 0-2 and dp*cp > 1 (ZeRO-3 reduces gradients
-  per micro-batch, which overlap_param_gather governs); overlap_param_gather: with ZeRO >= 1 and
+  per micro-batch, which overlap_param_gather governs, except where the framework reduces once per
+  step under PP: torchtitan); overlap_param_gather: with ZeRO >= 1 and
   dp*cp > 1; recompute: none, selective, full.
 
 Options that change nothing under the rest of the plan (sequence parallelism without TP, say) are
@@ -28,6 +29,7 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 
+from ..cost.framework import get_framework
 from ..errors import PlanError, SpecError
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.plan import Plan
@@ -133,8 +135,14 @@ class SearchSpace:
     def overlap_pp_domain(self, pp: int) -> tuple[bool, ...]:
         return self._flag("overlap_pp_comm", pp > 1)
 
-    def overlap_dp_domain(self, dp_cp: int, zero: int) -> tuple[bool, ...]:
-        return self._flag("overlap_dp_comm", dp_cp > 1 and zero < 3)
+    def dp_overlap_matters(self, dp_cp, zero, pp):
+        """Whether overlap_dp_comm changes anything (ints or arrays): with a DP group, for ZeRO 0-2, and
+        for ZeRO-3 where the framework reduces once per step under PP (torchtitan)."""
+        per_step = get_framework(self.framework).fsdp_unsharded_with_pp
+        return (dp_cp > 1) & ((zero < 3) | ((pp > 1) & per_step))
+
+    def overlap_dp_domain(self, dp_cp: int, zero: int, pp: int = 1) -> tuple[bool, ...]:
+        return self._flag("overlap_dp_comm", bool(self.dp_overlap_matters(dp_cp, zero, pp)))
 
     def overlap_param_gather_domain(self, dp_cp: int, zero: int) -> tuple[bool, ...]:
         return self._flag("overlap_param_gather", dp_cp > 1 and zero > 0)
@@ -170,7 +178,7 @@ class SearchSpace:
 
     def option_count(self, tp: int, pp: int, dp_cp: int) -> int:
         """Candidates a structure stands for: its sp x recompute x ZeRO x overlap options."""
-        zero_overlaps = sum(len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z))
+        zero_overlaps = sum(len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
                             for z in self.zero_domain(dp_cp))
         return (len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_tp_domain(tp))
                 * len(self.overlap_pp_domain(pp)) * zero_overlaps)
@@ -282,7 +290,6 @@ def make_space(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
                framework: str = "megatron", fix: str | Mapping[str, Any] | None = None,
                max_memory_fraction: float = 1.0) -> SearchSpace:
     """A checked SearchSpace; ``fix`` holds plan fields fixed, as text ("tp=8,recompute=full") or a mapping."""
-    from ..cost.framework import get_framework
     if not isinstance(global_batch, int) or global_batch <= 0:
         raise SpecError("global_batch", f"{global_batch!r} must be a positive number of sequences",
                         "give --global-batch, e.g. 1536")

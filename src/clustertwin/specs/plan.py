@@ -160,7 +160,7 @@ def parse_plan(text: str, **overrides) -> Plan:
                 fields["zero_stage"] = 3
             continue
         key = _ALIASES.get(key.lower(), key.lower())
-        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher"):
+        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",

@@ -177,7 +177,8 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["attention_kernel"] = kernel
     if tp_overlap is not None:
         fields["overlap_tp_comm"] = tp_overlap
-    ep, dense_ranks = fields["ep"], tp * fields["cp"] * (fields["dp"] or 1)
+    dp = fields["dp"] or max(1, num_gpus // (tp * (fields["pp"] or 1) * fields["cp"]))   # derived when empty
+    ep, dense_ranks = fields["ep"], tp * fields["cp"] * dp
     if (model.moe_num_experts and fields["etp"] is None and tp > 1 and ep > 1
             and dense_ranks % (ep * tp) and dense_ranks % ep == 0):
         # Megatron-Core's default etp = tp cannot fold these experts onto tp x cp x dp; the only plan

@@ -121,7 +121,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         ep=plan.ep, expert_ffn=model.expert_ffn // etp if model.is_moe else 0,
         shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
         moe_load_factor=_moe_load(model, plan, seq_len),
-        moe_node_dedup=_node_dedup(model, plan),
+        moe_node_dedup=_node_dedup(model, plan), etp=etp if model.is_moe else 1,
     )
 
 
@@ -151,7 +151,7 @@ def recompute_mode(recompute: str, fw: FrameworkProfile) -> str:
 
 def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: LayerContext | None = None,
                    moe: bool = False) -> tuple[Op, ...]:
-    if mode == "selective_ops" and (moe or c is None or c.mla):
+    if mode == "selective_ops" and (moe or c is None or c.mla or c.attention_kernel == "unfused"):
         mode = "selective"   # op-level SAC is priced for dense attention + MLP blocks
     if mode == "full":
         ops = fwd

@@ -52,6 +52,15 @@ class LayerContext:
     mla: tuple[int, ...] = ()   # (q_lora_rank or 0, kv_lora_rank, qk_rope_head_dim) when MLA
     moe_load_factor: float = 1.0  # busiest EP rank's tokens over the mean (routing imbalance)
     moe_node_dedup: tuple[int, ...] = ()  # (top_k, groups, groups per token) with a node-deduplicating dispatcher
+    etp: int = 1            # expert tensor-parallel size (expert_ffn is already divided by it)
+
+    @property
+    def moe_tokens(self) -> int:
+        """Tokens a rank's experts process: its sequence-parallel shard (1/tp of the tokens), gathered
+        over the etp ranks that split each expert (Megatron-Core all-gathers them before dispatch)."""
+        if self.tp <= 1:
+            return self.tokens
+        return self.tokens * min(self.etp, self.tp) // self.tp
 
     @property
     def norm_rows(self) -> int:
@@ -198,7 +207,7 @@ def _mlp(c: LayerContext, name: str, width: int, tokens: int, layer: str, batch:
 def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     """Router, dispatch (all-to-all over ep), grouped expert GEMMs, combine; shared experts beside."""
     a = c.act_bytes
-    tokens = c.tokens // c.tp if c.tp > 1 else c.tokens     # MoE runs on the sequence-parallel shard
+    tokens = c.moe_tokens                                     # the SP shard, gathered over expert TP
     routed = tokens * c.top_k                                 # token copies this rank sends (balanced)
     router = gemm("moe.router", tokens, c.num_experts, c.hidden, "fp32", 4, 1, FWD, layer)
     fwd: list[Op] = [router, elementwise("moe.topk", tokens * c.num_experts * 8, FWD, layer),
