@@ -41,7 +41,7 @@ PRUNE_REASONS: dict[str, str] = {
     "tp_ffn": "tp does not divide the MLP width",
     "tp_nodes": "a TP group would straddle two nodes",
     "vpp_without_pp": "interleaving (vpp > 1) without pipeline parallelism",
-    "layer_split": "the layers do not split over pp x vpp stages",
+    "layer_split": "pp x vpp chunks exceed the layers",
     "cp_seq_len": "cp does not divide the sequence length",
     "etp_expert_width": "etp does not divide the expert MLP width",
     "ep_dp_cp": "ep x etp does not divide tp x cp x dp",
