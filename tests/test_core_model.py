@@ -707,3 +707,10 @@ def test_moe_experts_process_the_tokens_of_their_expert_tp_group():
     assert up.shape[0] * up.shape[1] == c.moe_tokens * c.top_k           # batch of experts x tokens each
     etp1 = ct.predict("mixtral-8x7b", plan="tp=16,pp=1,sp=1,zero=1,etp=1,ep=1", **kw)
     assert etp1.graph.context.moe_tokens == c.tokens // 16                # its own SP shard, whole experts
+
+
+def test_expert_tp_wider_than_tp_gathers_more_shards():
+    p = ct.predict("mixtral-8x7b", gpu="h100-sxm", num_gpus=16, plan="tp=2,etp=4,ep=2,sp=1", micro_batch=1,
+                   global_batch=16, seq_len=4096)
+    c = p.graph.context
+    assert c.moe_tokens == 2 * c.tokens       # the SP shards (1/2 each) of 4 ranks

@@ -56,11 +56,9 @@ class LayerContext:
 
     @property
     def moe_tokens(self) -> int:
-        """Tokens a rank's experts process: its sequence-parallel shard (1/tp of the tokens), gathered
-        over the etp ranks that split each expert (Megatron-Core all-gathers them before dispatch)."""
-        if self.tp <= 1:
-            return self.tokens
-        return self.tokens * min(self.etp, self.tp) // self.tp
+        """Tokens a rank's experts process: its sequence-parallel shard (1/tp of the tokens; Megatron-Core
+        runs MoE with TP on the SP shard), gathered over the etp ranks that split each expert."""
+        return self.tokens * self.etp // self.tp
 
     @property
     def norm_rows(self) -> int:
