@@ -25,7 +25,7 @@ TINY = ModelSpec(name="tiny", num_layers=4, hidden_size=256, num_heads=8, num_kv
 REASON_FIELD = {"tp_heads": "plan.tp", "tp_kv_heads": "plan.tp", "tp_ffn": "plan.tp", "tp_nodes": "plan.tp",
                 "vpp_without_pp": "plan.vpp", "layer_split": "plan.pp", "cp_seq_len": "plan.cp",
                 "ep_dp_cp": "plan.ep", "etp_expert_width": "plan.etp", "batch": "plan.global_batch",
-                "interleave_microbatches": "plan.global_batch"}
+                "interleave_microbatches": "plan.global_batch", "tp_overlap_nodes": "plan.overlap_tp_comm"}
 
 
 def _space(model, gpus, gb, seq, **kw):
@@ -301,3 +301,19 @@ def test_torchtitan_fsdp_under_pp_searches_the_gradient_overlap() -> None:
     off = predict_job(make_job(best.job.model, best.job.cluster,
                                best.job.plan.model_copy(update={"overlap_dp_comm": False}), 8192, "torchtitan"))
     assert best.step_time_s < off.step_time_s
+
+
+def test_tp_overlap_only_within_an_nvlink_domain() -> None:
+    """Transformer Engine's userbuffers overlap TP traffic over NVLink only: a TP group spanning
+    nodes runs without it, and holding it on prunes such groups for the reason check_plan names."""
+    sp = _space("llama3-8b", 32, 32, 4096, fix="overlap_tp_comm=1")
+    assert sp.tp_reason(16) == "tp_overlap_nodes" and sp.tp_reason(8) is None
+    plan = make_plan(tp=16, dp=2, micro_batch=1, global_batch=32, overlap_tp_comm=True)
+    with pytest.raises(PlanError) as err:
+        make_job(sp.model, sp.cluster, plan, 4096)
+    assert err.value.field == REASON_FIELD["tp_overlap_nodes"]
+    free = _space("llama3-8b", 32, 32, 4096)
+    assert free.overlap_tp_domain(16) == (False,) and free.overlap_tp_domain(8) == (False, True)
+    p16 = predict_job(make_job(free.model, free.cluster, make_plan(tp=16, dp=2, micro_batch=1, global_batch=32,
+                                                                   sp=True), 4096))
+    assert p16.graph.plan.overlap_tp_comm is False            # the framework default does not apply

@@ -298,7 +298,7 @@ class Evaluator:
         # ---- memory, per recompute mode and ZeRO stage ----
         dp_cp_m = dp_cp[s_rows_a]
         m_m = m_s[s_rows_a]
-        tp_many = tp > 1
+        tp_many = space.tp_overlap_matters(tp)
         n_otp = space.flag_count("overlap_tp_comm", tp_many)
         fits: dict[tuple[int, int], np.ndarray] = {}
         mem_total: dict[tuple[int, int], np.ndarray] = {}

@@ -40,6 +40,7 @@ PRUNE_REASONS: dict[str, str] = {
     "tp_kv_heads": "tp and the KV heads do not divide each other",
     "tp_ffn": "tp does not divide the MLP width",
     "tp_nodes": "a TP group would straddle two nodes",
+    "tp_overlap_nodes": "TP communication overlap held on, with a TP group beyond one NVLink domain",
     "vpp_without_pp": "interleaving (vpp > 1) without pipeline parallelism",
     "layer_split": "pp x vpp chunks exceed the layers",
     "cp_seq_len": "cp does not divide the sequence length",
@@ -130,7 +131,7 @@ class SearchSpace:
         return (self.fixed["sp"],) if "sp" in self.fixed else ((False, True) if tp > 1 else (False,))
 
     def overlap_tp_domain(self, tp: int) -> tuple[bool, ...]:
-        return self._flag("overlap_tp_comm", tp > 1)
+        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp)))
 
     def overlap_pp_domain(self, pp: int) -> tuple[bool, ...]:
         return self._flag("overlap_pp_comm", pp > 1)
@@ -194,7 +195,14 @@ class SearchSpace:
             return "tp_ffn"
         if (tp > g and tp % g) or (tp < g and g % tp):
             return "tp_nodes"
+        if tp > g and self.fixed.get("overlap_tp_comm") is True:
+            return "tp_overlap_nodes"
         return None
+
+    def tp_overlap_matters(self, tp):
+        """Whether overlap_tp_comm changes anything (ints or arrays): TP within one NVLink domain
+        (Transformer Engine's userbuffers overlap needs the TP group on NVLink)."""
+        return (tp > 1) & (tp <= self.cluster.gpus_per_node)
 
     def layout_reason(self, pp: int, vpp: int) -> str | None:
         if vpp > 1 and pp == 1:

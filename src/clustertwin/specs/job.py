@@ -86,6 +86,10 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int)
     if (plan.tp > g and plan.tp % g) or (plan.tp < g and g % plan.tp):
         raise PlanError("plan.tp", f"{plan.tp} does not tile nodes of {g} GPUs (a TP group would straddle two nodes)",
                         f"use tp dividing {g} or a multiple of it")
+    if plan.tp > g and plan.overlap_tp_comm is True:
+        raise PlanError("plan.overlap_tp_comm", f"TP communication overlap (Transformer Engine userbuffers) needs the "
+                        f"TP group within one NVLink domain, and tp={plan.tp} spans nodes of {g} GPUs",
+                        f"set overlap_tp_comm=0 or tp <= {g}")
     if seq_len <= 0:
         raise PlanError("seq_len", f"{seq_len} must be positive", "give the training sequence length")
     if plan.vpp > 1 and plan.pp == 1:

@@ -77,12 +77,16 @@ class WorkloadGraph:
         return tuple(seen.values())
 
 
-def resolve_overlaps(plan: Plan, fw: FrameworkProfile) -> Plan:
-    """Fill the plan's unset overlap options and attention kernel with the framework's defaults."""
+def resolve_overlaps(plan: Plan, fw: FrameworkProfile, gpus_per_node: int | None = None) -> Plan:
+    """Fill the plan's unset overlap options and attention kernel with the framework's defaults.
+    TP overlap by default only where the TP group fits one NVLink domain (``gpus_per_node``):
+    Transformer Engine's userbuffers work over NVLink only (TransformerEngine#1071)."""
     update = {}
     for name in ("overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm"):
         if getattr(plan, name) is None:
             update[name] = getattr(fw, name)
+    if update.get("overlap_tp_comm") and gpus_per_node is not None and plan.tp > gpus_per_node:
+        update["overlap_tp_comm"] = False
     if plan.attention_kernel is None:
         update["attention_kernel"] = fw.attention_kernel
     if plan.moe_dispatcher is None:
@@ -217,7 +221,7 @@ def pipeline_message_bytes(ctx: LayerContext, model: ModelSpec) -> float:
 def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = None) -> WorkloadGraph:
     fw = get_framework(framework or job.framework) if not isinstance(framework, FrameworkProfile) else framework
     fw = for_plan(fw, job.plan)
-    model, plan = job.model, resolve_overlaps(job.plan, fw)
+    model, plan = job.model, resolve_overlaps(job.plan, fw, job.cluster.gpus_per_node)
     ctx = layer_context(model, plan, job.seq_len, fw)
     rc = recompute_mode(plan.recompute, fw)
     p, v = plan.pp, plan.vpp
