@@ -136,13 +136,7 @@ class _Pricer:
         return {OpKind.GEMM: 10.0, OpKind.ATTENTION: 20.0}.get(op.kind, 1.0)
 
 
-def _tiny_job(**kw):
-    m = ModelSpec(name="tiny-llama", num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=2, ffn_hidden_size=512,
-                  vocab_size=1024, max_seq_len=512, activation="swiglu", norm="rmsnorm", positions="rope", bias=False)
-    args = dict(gpu="h100", num_gpus=16, plan="tp=2,cp=2,pp=2,dp=2,sp=1", micro_batch=1, global_batch=4, seq_len=512,
-                framework="nemo")
-    args.update(kw)
-    return make_training_job(m, **args)
+from test_trace import tiny_job as _tiny_job  # noqa: E402  (the same tiny job as the trace golden files)
 
 
 def _layer(graph, phase):
