@@ -19,7 +19,6 @@ from clustertwin.sim.engine import Engine
 from clustertwin.sim.program import build_program
 from clustertwin.sim.replay import replay_program, simulate
 from clustertwin.sim.schedule import next_virtual, stage_order
-from clustertwin.specs import ModelSpec
 from clustertwin.validate.runs import job_from_row, read_runs
 from clustertwin.workload.graph import build_graph
 from clustertwin.workload.ops import OpKind, Phase
