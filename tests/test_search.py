@@ -14,7 +14,7 @@ from clustertwin.cli import main
 from clustertwin.errors import ClusterTwinError, PlanError
 from clustertwin.predict import make_training_job, predict_job
 from clustertwin.search import bottleneck, make_space, search
-from clustertwin.search.evaluate import Evaluator
+from clustertwin.schedule.batch import BatchPricer
 from clustertwin.specs import ModelSpec, make_job, make_plan
 
 # a small model whose space is small enough to check plan by plan
@@ -86,7 +86,7 @@ def test_fixed_fields_restrict_the_space() -> None:
 # ---- the batch evaluation is predict ---------------------------------------------------------------
 def _all_feasible(space):
     structures, _, _ = space.structures()
-    return Evaluator(space).run(structures, 10**7)
+    return BatchPricer(space).run(structures, 10**7)
 
 
 def test_every_feasible_plan_and_only_those() -> None:
@@ -140,7 +140,7 @@ def test_batch_evaluation_equals_predict(model, gpu, n, gb, seq, kw) -> None:
 def test_memory_first_and_shape_classes_shared() -> None:
     sp = _space("gpt3-175b", ("a100-80gb", 256), 512, 2048)
     structures, _, _ = sp.structures()
-    ev = Evaluator(sp).run(structures, 5)
+    ev = BatchPricer(sp).run(structures, 5)
     # far fewer shape classes priced than plans timed: layers are priced per shape class
     assert ev.shape_classes * 20 < ev.feasible
     assert ev.memory_pruned > 0

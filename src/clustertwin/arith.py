@@ -47,6 +47,10 @@ def where(cond, a, b):
 def pick(index, values: Sequence):
     """``values[index]`` for an int; for an array of indices, row r takes ``values[index[r]][r]``."""
     if isinstance(index, np.ndarray):
+        if index.size == 1:   # one plan (predict): no stacking
+            v = values[int(index.flat[0])]
+            return np.full(index.shape, v, dtype=float) if np.ndim(v) == 0 else np.asarray(v, dtype=float).reshape(
+                index.shape)
         stacked = np.stack([np.broadcast_to(np.asarray(v, dtype=float), index.shape) for v in values])
         return np.take_along_axis(stacked, index[None, ...], axis=0)[0]
     return values[index]

@@ -17,8 +17,9 @@ from typing import Any
 from .catalog import cluster_for_gpu, load_cluster, load_model
 from .cost.profile import HardwareProfile
 from .errors import SpecError
-from .schedule.memory import MemoryEstimate, estimate_memory
-from .schedule.step import StepEstimate, estimate_step
+from .schedule.batch import price_plan
+from .schedule.memory import MemoryEstimate
+from .schedule.step import StepEstimate
 from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob, make_job, parse_plan
 from .workload.graph import WorkloadGraph, build_graph
 
@@ -187,7 +188,8 @@ def predict_cli_job(model, *, gpu, num_gpus, cluster, gpus_per_node, plan, micro
 def predict_job(job: TrainingJob, profile: HardwareProfile | str | Path | None = None) -> Prediction:
     profile = resolve_profile(profile, job)
     graph = build_graph(job)
-    return Prediction(job, graph, estimate_step(graph, profile), estimate_memory(graph))
+    step, memory = price_plan(graph.plan, job.model, job.cluster, job.seq_len, job.framework, profile)
+    return Prediction(job, graph, step, memory)
 
 
 def predict(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str | None = None, num_gpus: int | None = None,

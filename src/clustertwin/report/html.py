@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ClusterTwinError, DataError, SpecError
+from ..schedule.batch import BatchPricer
 from ..units import format_duration, parse_quantity
 
 SCHEMA = 1
@@ -258,19 +259,10 @@ def _assemble(pred, plan_source, tok, tok_source, landscape, goodput, timeline) 
 
 # ---- memory -------------------------------------------------------------------------------------
 def _memory(pred, critical: dict[str, float]) -> dict[str, Any]:
-    stages = []
-    try:
-        from ..schedule.memory import _stage_memory
-        for sg in pred.graph.stages:
-            b = {k: float(v) for k, v in _stage_memory(pred.graph, sg).items()}
-            stages.append({"stage": sg.stage, "breakdown_bytes": b, "total_bytes": sum(b.values())})
-    except Exception:  # pragma: no cover - only the most loaded stage then
-        stages = []
-    crit = pred.memory.critical_stage
-    if not stages or abs(max(s["total_bytes"] for s in stages) - pred.memory.total_bytes) > 1e-6 * pred.memory.total_bytes:
-        stages = [{"stage": crit, "breakdown_bytes": critical, "total_bytes": float(pred.memory.total_bytes)}]
-    return {"hbm_bytes": float(pred.memory.capacity_bytes), "critical_stage": crit, "breakdown_bytes": critical,
-            "total_bytes": float(pred.memory.total_bytes), "stages": stages}
+    stages = [{"stage": i, "breakdown_bytes": {k: float(v) for k, v in b.items()}, "total_bytes": float(sum(b.values()))}
+              for i, b in enumerate(pred.memory.stages_bytes())]
+    return {"hbm_bytes": float(pred.memory.capacity_bytes), "critical_stage": pred.memory.critical_stage,
+            "breakdown_bytes": critical, "total_bytes": float(pred.memory.total_bytes), "stages": stages}
 
 
 # ---- the search landscape -------------------------------------------------------------------------
@@ -301,8 +293,9 @@ class _Collector:
         self.fm = np.empty(0)
         self.fref: list[tuple] = []
 
-    def offer(self, times: np.ndarray, mems: np.ndarray, valid: np.ndarray, info: tuple) -> None:
-        idx = np.flatnonzero(valid)
+    def offer(self, rows) -> None:
+        times, mems, info = rows.step_time_s, rows.memory_bytes, rows.ref
+        idx = np.flatnonzero(rows.valid)
         self.n += int(idx.size)
         if not idx.size:
             return
@@ -342,32 +335,22 @@ class _Collector:
         self.ref = [self.ref[i] for i in order]
 
 
-def _sample_space(space, k: int, seed: int) -> tuple[_Collector | None, str]:
+def _sample_space(space, k: int, seed: int) -> tuple[tuple[BatchPricer, _Collector] | None, str]:
     """Every feasible plan of ``space`` priced as the search prices them, sampled."""
     try:
-        from ..search.evaluate import Evaluator
-        ev = Evaluator(space)
+        pricer = BatchPricer(space)
         structures, _, _ = space.structures()
-        groups: dict[tuple[int, int], list] = {}
-        for s in structures:
-            groups.setdefault((s.pp, s.vpp), []).append(s)
         col = _Collector(k, seed)
-        for (pp, vpp), ss in groups.items():
-            ev._run_layout(pp, vpp, ss, col)
+        pricer.price(structures, col)
         col.finish()
-        return col, ""
+        return (pricer, col), ""
     except ClusterTwinError as e:
         return None, e.one_line()
-    except (AttributeError, TypeError, ValueError) as e:  # pragma: no cover - the evaluator changed shape
-        return None, f"the evaluator does not expose its plans ({type(e).__name__})"
 
 
-def _decode(space, ref: tuple) -> str:
-    from ..search.evaluate import Candidate
-    (ss, rows, odp, opg, opp), i = ref
-    s_idx, sp, r, z, otp = rows[i]
-    cand = Candidate(ss[s_idx], bool(sp), space.recompute_domain[r], int(z), bool(otp), odp, opg, opp, 0.0, 0.0)
-    p = cand.plan(space)
+def _decode(pricer: BatchPricer, ref: tuple) -> str:
+    info, i = ref
+    p = pricer.candidate(info, i).plan(pricer.plans)
     flags = [name for name, on in (("dp", p.overlap_dp_comm), ("pg", p.overlap_param_gather),
                                    ("tp", p.overlap_tp_comm), ("pp", p.overlap_pp_comm)) if on]
     return p.short() + (",ovl=" + "+".join(flags) if flags else "")
@@ -382,7 +365,7 @@ def _landscape(result, pred, sample: int, seed: int, enabled: bool, error: str |
     if result is None:
         return {"status": "error", "note": f"the search found nothing to plot: {error}", "chosen": chosen}
     s = result.space
-    col, why = _sample_space(s, sample, seed)
+    sampled, why = _sample_space(s, sample, seed)
     d: dict[str, Any] = {
         "status": "ok", "objective": result.objective, "evaluated": result.evaluated, "feasible": result.feasible,
         "pruned": dict(result.pruned), "elapsed_s": result.elapsed_s, "num_gpus": s.num_gpus,
@@ -394,19 +377,20 @@ def _landscape(result, pred, sample: int, seed: int, enabled: bool, error: str |
     }
     texts = [p["plan_text"] for p in d["plans"]]
     chosen["rank"] = texts.index(chosen["plan_text"]) + 1 if chosen["plan_text"] in texts else None
-    if col is None:
+    if sampled is None:
         d["sample"] = None
         d["memory_front"] = None
         d["note"] = f"showing the {len(result.plans)} plans the search returned: {why}"
         return d
+    pricer, col = sampled
     n_show = int(col.t.size)
     d["sample"] = {"method": "uniform" if n_show < col.n else "all", "size": n_show, "of": col.n, "seed": seed,
                    "step_time_s": [_sig(x) for x in col.t.tolist()],
                    "memory_bytes": [float(round(x)) for x in col.m.tolist()],
-                   "plan_text": [_decode(s, r) for r in col.ref]}
+                   "plan_text": [_decode(pricer, r) for r in col.ref]}
     d["memory_front"] = {"step_time_s": [_sig(x) for x in col.ft.tolist()],
                          "memory_bytes": [float(round(x)) for x in col.fm.tolist()],
-                         "plan_text": [_decode(s, r) for r in col.fref]}
+                         "plan_text": [_decode(pricer, r) for r in col.fref]}
     if n_show < col.n:
         d["note"] = (f"a uniform sample of {n_show:,} of the {col.n:,} feasible plans (seed {seed}); the front "
                      "is exact over all of them")

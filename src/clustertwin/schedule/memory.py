@@ -10,14 +10,12 @@ layer input.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 from ..arith import maximum, minimum, where
 from ..cost.framework import FrameworkProfile
-from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, recompute_mode
 from ..workload.transformer import LayerContext
-
-MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
 
 
 def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none") -> float:
@@ -62,14 +60,9 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     return float(total)
 
 
-def layers_in_flight(graph: WorkloadGraph, stage: int, layers_on_stage: int) -> float:
-    """Layer-micro-batches whose activations a stage holds at its peak (Megatron's warm-up depth)."""
-    plan = graph.plan
-    return in_flight(plan.pp, plan.vpp, graph.num_microbatches, stage, layers_on_stage)
-
-
 def in_flight(p: int, v: int, m, stage: int, layers_on_stage: int):
-    """``layers_in_flight`` from the pipeline's shape; ``m`` may be an array (many plans)."""
+    """Layer-micro-batches whose activations stage ``stage`` holds at its peak (Megatron's warm-up
+    depth) from the pipeline's shape; ``m`` may be an array (many plans)."""
     if v == 1:
         return layers_on_stage * minimum(m, p - stage)
     chunks = minimum(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
@@ -78,9 +71,16 @@ def in_flight(p: int, v: int, m, stage: int, layers_on_stage: int):
 
 @dataclass
 class MemoryEstimate:
+    """Memory of the most loaded stage (``critical_stage``) and of every stage, by kind."""
+
     breakdown_bytes: dict[str, float]
     capacity_bytes: float
     critical_stage: int
+    every_stage: Callable[[], list[dict[str, float]]] | None = field(default=None, repr=False, compare=False)
+
+    def stages_bytes(self) -> list[dict[str, float]]:
+        """The breakdown of every pipeline stage, in order (priced when asked for)."""
+        return self.every_stage() if self.every_stage is not None else [self.breakdown_bytes]
 
     @property
     def total_bytes(self) -> float:
@@ -91,44 +91,15 @@ class MemoryEstimate:
         return self.total_bytes <= self.capacity_bytes
 
 
-def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
-    plan, fw, c = graph.plan, graph.framework, graph.context
-    dp_cp = (plan.dp or 1) * plan.cp
-    rc = recompute_mode(plan.recompute, fw)
-    names = {b.name for b in sg.blocks}
-    moe = bool(sg.layers_moe)
-    return stage_memory(
-        fw, plan.precision, plan.zero_stage, rc, dense=sg.params.dense + sg.params.embedding, expert=sg.params.expert,
-        dp_cp=dp_cp, edp=expert_dp(plan), layers_dense=sg.layers_dense, layers_moe=sg.layers_moe,
-        act_dense=layer_activation_bytes(c, False, rc), act_moe=layer_activation_bytes(c, True, rc) if moe else 0.0,
-        act_full_layer=recompute_transient(c, rc, moe), pp=plan.pp, microbatches=graph.num_microbatches,
-        embedding=sg.params.embedding,
-        in_flight_layers=layers_in_flight(graph, sg.stage, sg.layers_dense + sg.layers_moe),
-        logits=c.tokens * -(-graph.job.model.vocab_size // c.tp) if "head" in names else None,
-        embedding_rows_bytes=c.norm_rows * c.hidden * c.act_bytes if "embedding" in names else None,
-        embedding_in_flight=layers_in_flight(graph, sg.stage, 1))
-
-
-def recompute_transient(c: LayerContext, recompute: str, moe: bool):
-    """Bytes a layer holds beyond what it kept, while its recomputed part lives for its backward:
-    the whole layer's activations less its input under full recomputation, the attention core's
-    under selective recomputation (the largest layer kind of the stage)."""
-    if recompute == "none":
-        return 0.0
-    extra = layer_activation_bytes(c, False, "none") - layer_activation_bytes(c, False, recompute)
-    if moe:
-        extra = maximum(extra, layer_activation_bytes(c, True, "none") - layer_activation_bytes(c, True, recompute))
-    return extra
-
-
-def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recompute: str, *, dense, expert, dp_cp, edp,
+def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense, expert, dp_cp, edp,
                  pp: int = 1, microbatches=1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
                  logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
     over dp*cp and over the expert-data-parallel group; ``embedding``: the part of ``dense`` that is
     embedding or head); ``act_*``: activation bytes of one layer and micro-batch
-    (``act_full_layer``: what the layer being recomputed holds beyond that, ``recompute_transient``);
+    (``act_full_layer``: what the layer being recomputed holds beyond what it kept, while its
+    recomputed part lives for its backward: the largest layer kind of the stage);
     ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere);
     ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
@@ -177,15 +148,3 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, recomput
         acts += embedding_rows_bytes * embedding_in_flight
     other += fw.allocator_overhead * (acts + weights + grads)
     return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts, "other": other}
-
-
-def estimate_memory(graph: WorkloadGraph) -> MemoryEstimate:
-    """Memory of the most loaded stage (the first holds the most micro-batches, the last the logits)."""
-    best: dict[str, float] | None = None
-    crit = 0
-    for sg in graph.distinct_stages:
-        mem = _stage_memory(graph, sg)
-        if best is None or sum(mem.values()) > sum(best.values()):
-            best, crit = mem, sg.stage
-    assert best is not None
-    return MemoryEstimate(best, graph.job.cluster.gpu.hbm_bytes, crit)

@@ -1,4 +1,8 @@
-"""Step time of one iteration from the priced workload graph.
+"""Step time of one iteration from its priced stages: the formulas of the schedule.
+
+``batch.py`` runs them on the stages of a batch of plans (arrays) and of one plan (predict); the
+``Pricer`` here prices single ops (the batch pricing sums them by block, the discrete-event
+replay and the trace exporters price every op of the graph with it).
 
 Per stage and micro-batch: forward, backward and recomputation compute, plus the communication the
 plan cannot hide (TP collectives unless overlapped with GEMMs, CP ring exchange beyond the attention
@@ -9,7 +13,7 @@ all-gather not hidden behind the next forward, and the optimizer step.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from ..arith import logical_and, maximum, minimum, pick, where
@@ -18,7 +22,7 @@ from ..cost.framework import FrameworkProfile
 from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
 from ..specs.hardware import ClusterSpec
-from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, expert_tp
+from ..workload.graph import WorkloadGraph, expert_dp, expert_tp
 from ..workload.ops import Op, OpKind, Phase, is_score_gemm
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance", "pp_comm", "dp_comm",
@@ -26,7 +30,7 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_
 
 # Megatron-Core buckets gradients (bucket_size = max(40M, 1M x dp) elements); the last bucket's
 # reduction starts only when the backward ends, so it is never hidden.
-_BUCKET_ELEMENTS = 40e6
+BUCKET_ELEMENTS = 40e6
 
 
 @dataclass
@@ -47,7 +51,6 @@ class StageTime:
     # compute time already spent hiding the CP ring exchange: not available to hide DP/FSDP traffic
     cp_hidden_fwd_s: float = 0.0
     cp_hidden_bwd_s: float = 0.0    # backward and recomputation
-    op_times: dict[str, float] = field(default_factory=dict)
 
     @property
     def per_microbatch_s(self) -> float:
@@ -118,18 +121,14 @@ class Pricer:
         return t * op.extra.get("load_factor", 1.0) if op.extra else t
 
 
-def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: bool = True) -> tuple[float, float]:
+def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[float, float]:
     """Add the priced ``(op, repeat)`` pairs of one phase to ``st``: compute to fwd/bwd/recompute,
-    exposed TP and MoE communication to tp_s/ep_s (and each op's time to ``st.op_times`` if
-    ``record``). Returns (CP ring time, attention time) of the phase, for the caller to expose the
-    ring beyond the attention it hides behind."""
+    exposed TP and MoE communication to tp_s/ep_s. Returns (CP ring time, attention time) of the
+    phase, for the caller to expose the ring beyond the attention it hides behind."""
     attn_time = 0.0
     cp_time = 0.0
-    gemm_time = 0.0
     for op, rep in ops:
         t = pricer.time(op) * rep
-        if record:
-            st.op_times[f"{phase.value}:{op.name}"] = st.op_times.get(f"{phase.value}:{op.name}", 0.0) + t
         if op.extra and "load_factor" in op.extra:
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
@@ -147,8 +146,6 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer, record: boo
             continue
         if op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
             attn_time += t
-        if op.kind == OpKind.GEMM:
-            gemm_time += t
         if phase == Phase.FWD:
             st.fwd_s += t
         elif phase == Phase.BWD:
@@ -185,61 +182,6 @@ def step_bucket(kind: OpKind, collective: str = "") -> str:
     if kind == OpKind.OPTIMIZER:
         return "optimizer"
     return "param_gather" if collective == "all_gather" else "dp_sync"
-
-
-def _price_stage(sg: StageGraph, pricer: Pricer, graph: WorkloadGraph) -> StageTime:
-    plan = graph.plan
-    st = StageTime(sg.stage)
-    for phase in (Phase.FWD, Phase.BWD, Phase.RECOMPUTE):
-        cp_time, attn_time = accumulate_ops(st, sg.ops(phase), phase, pricer)
-        st.cp_s += exposed_cp(cp_time, attn_time)
-        if phase == Phase.FWD:
-            st.cp_hidden_fwd_s += hidden_cp(cp_time, attn_time)
-        else:
-            st.cp_hidden_bwd_s += hidden_cp(cp_time, attn_time)
-    st.tp_s = exposed_tp(st.tp_s, plan.tp, bool(plan.overlap_tp_comm))
-    fsdp = sum(pricer.time(op) for op in sg.microbatch_dp_ops)
-    st.fsdp_s = exposed_fsdp(fsdp, st.fwd_s, st.bwd_s, bool(plan.overlap_param_gather),
-                             st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
-    for op in sg.p2p:
-        st.pp_s += pricer.time(op)
-    for op in sg.step_ops:
-        t = pricer.time(op)
-        st.op_times[f"step:{op.name}"] = t
-        bucket = step_bucket(op.kind, op.collective)
-        if bucket == "optimizer":
-            st.optimizer_s += t
-        elif bucket == "param_gather":
-            st.param_gather_s += t
-        else:
-            st.dp_sync_s += t
-    return st
-
-
-def estimate_step(graph: WorkloadGraph, profile: HardwareProfile | None = None) -> StepEstimate:
-    plan = graph.plan
-    pricer = Pricer(graph, profile)
-    memo: dict[int, int] = {}         # stage graph -> index of its class
-    classes: list[StageTime] = []     # distinct stages, in order of their first stage
-    class_params: list[float] = []
-    stage_class: list[int] = []
-    stages: list[StageTime] = []
-    for sg in graph.stages:
-        key = id(sg.blocks)
-        if key not in memo:
-            memo[key] = len(classes)
-            classes.append(_price_stage(sg, pricer, graph))
-            class_params.append(sg.params.total)
-        stage_class.append(memo[key])
-        base = classes[memo[key]]
-        if base.stage != sg.stage:
-            base = StageTime(**{**base.__dict__, "stage": sg.stage})
-        stages.append(base)
-    breakdown, crit_class = compose_step(classes, stage_class, class_params, graph.num_microbatches, plan.pp,
-                                         plan.vpp, bool(plan.overlap_pp_comm), bool(plan.overlap_dp_comm),
-                                         bool(plan.overlap_param_gather))
-    total = sum(breakdown.values())
-    return StepEstimate(total, breakdown, stages, graph.num_microbatches, classes[crit_class].stage)
 
 
 def _chunked_exposure(comm, compute, m, p: int, v: int):
@@ -289,7 +231,7 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     dp_exposed = 0.0
     opt = 0.0
     for s, params in zip(classes, class_params):
-        last_bucket = minimum(1.0, _BUCKET_ELEMENTS / maximum(params, 1.0))
+        last_bucket = minimum(1.0, BUCKET_ELEMENTS / maximum(params, 1.0))
         if overlap_dp:
             backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s   # compute free to hide the reduction
             # stages other than the first finish early: the drain of the pipeline hides their sync

@@ -23,14 +23,13 @@ kept. Memory (the last check) is decided by the evaluator, which prices memory b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterator, Mapping
 
-import numpy as np
-
 from ..cost.framework import get_framework
 from ..errors import PlanError, SpecError
+from ..schedule.batch import PlanSet, Structure
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.plan import Plan
 
@@ -55,7 +54,6 @@ PRUNE_REASONS: dict[str, str] = {
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
            "moe_dispatcher", "grad_reduce_dtype")
-RECOMPUTE_MODES = ("none", "selective", "full")
 
 
 def plan_limit(name: str) -> int:
@@ -73,38 +71,10 @@ def divisors(n: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class Structure:
-    """The sizes of a plan (its options aside): everything the pipeline layout and shapes depend on."""
-
-    tp: int
-    pp: int
-    vpp: int
-    cp: int
-    dp: int
-    ep: int
-    micro_batch: int
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """One job to search plans for: a model on a cluster at a global batch and sequence length."""
-
-    model: ModelSpec
-    cluster: ClusterSpec
-    global_batch: int
-    seq_len: int
-    precision: str = "bf16"
-    framework: str = "megatron"
-    fixed: Mapping[str, Any] = field(default_factory=dict)
-    max_memory_fraction: float = 1.0
-
-    @property
-    def num_gpus(self) -> int:
-        return self.cluster.num_gpus
-
-    @property
-    def memory_limit_bytes(self) -> float:
-        return self.max_memory_fraction * self.cluster.gpu.hbm_bytes
+class SearchSpace(PlanSet):
+    """One job to search plans for: a model on a cluster at a global batch and sequence length.
+    The options' domains are the PlanSet's (what the batch pricing enumerates); the space adds the
+    sizes (factorizations, vpp, ep, micro-batch) and the checks that prune them."""
 
     # ---- domains ----------------------------------------------------------------------------
     @cached_property
@@ -127,63 +97,6 @@ class SearchSpace:
             return (self.fixed["micro_batch"],)
         return tuple(b for b in divisors(self.global_batch) if b <= plan_limit("micro_batch"))
 
-    def sp_domain(self, tp: int) -> tuple[bool, ...]:
-        return (self.fixed["sp"],) if "sp" in self.fixed else ((False, True) if tp > 1 else (False,))
-
-    def overlap_tp_domain(self, tp: int) -> tuple[bool, ...]:
-        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp)))
-
-    def overlap_pp_domain(self, pp: int) -> tuple[bool, ...]:
-        return self._flag("overlap_pp_comm", pp > 1)
-
-    def dp_overlap_matters(self, dp_cp, zero, pp):
-        """Whether overlap_dp_comm changes anything (ints or arrays): with a DP group, for ZeRO 0-2, and
-        for ZeRO-3 where the framework reduces once per step under PP (torchtitan)."""
-        per_step = get_framework(self.framework).fsdp_unsharded_with_pp
-        return (dp_cp > 1) & ((zero < 3) | ((pp > 1) & per_step))
-
-    def overlap_dp_domain(self, dp_cp: int, zero: int, pp: int = 1) -> tuple[bool, ...]:
-        return self._flag("overlap_dp_comm", bool(self.dp_overlap_matters(dp_cp, zero, pp)))
-
-    def overlap_param_gather_domain(self, dp_cp: int, zero: int) -> tuple[bool, ...]:
-        return self._flag("overlap_param_gather", dp_cp > 1 and zero > 0)
-
-    def _flag(self, name: str, matters: bool) -> tuple[bool, ...]:
-        if name in self.fixed:
-            return (self.fixed[name],)
-        return (False, True) if matters else (False,)
-
-    # the same domains for arrays of structures (the evaluator's rows)
-    def flag_allows(self, name: str, value: bool, matters: np.ndarray) -> np.ndarray:
-        """Rows whose domain of the overlap flag ``name`` holds ``value`` (``matters``: rows where it does something)."""
-        if name in self.fixed:
-            return np.full(matters.shape, self.fixed[name] == value)
-        return matters.copy() if value else np.ones(matters.shape, dtype=bool)
-
-    def flag_count(self, name: str, matters: np.ndarray) -> np.ndarray:
-        return np.where(matters, 2, 1) if name not in self.fixed else np.ones(matters.shape, dtype=int)
-
-    def zero_allows(self, zero: int, dp_cp: np.ndarray) -> np.ndarray:
-        if "zero_stage" in self.fixed:
-            return np.full(dp_cp.shape, self.fixed["zero_stage"] == zero)
-        return np.full(dp_cp.shape, True) if zero in (0, 3) else dp_cp > 1
-
-    def zero_domain(self, dp_cp: int) -> tuple[int, ...]:
-        if "zero_stage" in self.fixed:
-            return (self.fixed["zero_stage"],)
-        return (0, 1, 2, 3) if dp_cp > 1 else (0, 3)   # ZeRO 1/2 shard nothing over one rank
-
-    @cached_property
-    def recompute_domain(self) -> tuple[str, ...]:
-        return (self.fixed["recompute"],) if "recompute" in self.fixed else RECOMPUTE_MODES
-
-    def option_count(self, tp: int, pp: int, dp_cp: int) -> int:
-        """Candidates a structure stands for: its sp x recompute x ZeRO x overlap options."""
-        zero_overlaps = sum(len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
-                            for z in self.zero_domain(dp_cp))
-        return (len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_tp_domain(tp))
-                * len(self.overlap_pp_domain(pp)) * zero_overlaps)
-
     # ---- checks, in check_plan's order --------------------------------------------------------
     def tp_reason(self, tp: int) -> str | None:
         m, g = self.model, self.cluster.gpus_per_node
@@ -198,11 +111,6 @@ class SearchSpace:
         if tp > g and self.fixed.get("overlap_tp_comm") is True:
             return "tp_overlap_nodes"
         return None
-
-    def tp_overlap_matters(self, tp):
-        """Whether overlap_tp_comm changes anything (ints or arrays): TP within one NVLink domain
-        (Transformer Engine's userbuffers overlap needs the TP group on NVLink)."""
-        return (tp > 1) & (tp <= self.cluster.gpus_per_node)
 
     def layout_reason(self, pp: int, vpp: int) -> str | None:
         if vpp > 1 and pp == 1:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..schedule.step import _BUCKET_ELEMENTS
+from ..schedule.step import BUCKET_ELEMENTS
 from ..specs import stage_layer_split
 from ..workload.graph import Block, StageGraph, WorkloadGraph, _layer_params_per_rank
 
@@ -92,7 +92,7 @@ def block_of(sg: StageGraph, name: str) -> Block:
     raise KeyError(name)
 
 
-def make_buckets(chunks: list[list[Segment]], group: str, bucket_elements: float = _BUCKET_ELEMENTS) -> list[Bucket]:
+def make_buckets(chunks: list[list[Segment]], group: str, bucket_elements: float = BUCKET_ELEMENTS) -> list[Bucket]:
     """Buckets of one stage for ``group`` ("dp_cp": dense parameters, "edp": routed experts), per
     chunk in backward order; shares sum to 1 over the stage (empty when it holds none)."""
     def weight(s: Segment) -> float:

@@ -153,7 +153,7 @@ def recompute_mode(recompute: str, fw: FrameworkProfile) -> str:
     return "selective_ops" if recompute == "selective" and fw.selective_recompute == "ops" else recompute
 
 
-def _recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: LayerContext | None = None,
+def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: LayerContext | None = None,
                    moe: bool = False) -> tuple[Op, ...]:
     if mode == "selective_ops" and (moe or c is None or c.mla or c.attention_kernel == "unfused"):
         mode = "selective"   # op-level SAC is priced for dense attention + MLP blocks
@@ -249,9 +249,9 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
         if first:
             blocks.append(Block("embedding", emb_f, emb_b, (), 1))
         if n_dense:
-            blocks.append(Block("layer", dense_f, dense_b, _recompute_ops(rc, dense_f, dense_core, ctx), n_dense))
+            blocks.append(Block("layer", dense_f, dense_b, recompute_ops(rc, dense_f, dense_core, ctx), n_dense))
         if n_moe:
-            blocks.append(Block("moe_layer", moe_f, moe_b, _recompute_ops(rc, moe_f, moe_core, ctx, True), n_moe))
+            blocks.append(Block("moe_layer", moe_f, moe_b, recompute_ops(rc, moe_f, moe_core, ctx, True), n_moe))
         if last:
             blocks.append(Block("head", head_f, head_b, (), 1))
         params = stage_params(model, plan, layer_ids, first, last)

@@ -1,0 +1,767 @@
+"""The schedule: price a batch of plans of one job at once, from the graph's ops to step time and memory.
+
+This is clustertwin's one pricing pipeline. ``predict`` prices a batch of one plan through it
+(``price_plan``), ``search`` prices millions (``BatchPricer.run``), and the report samples every
+feasible plan (``BatchPricer.price``) through the same code.
+
+The ops of a layer depend only on its shape class — (tp, cp, micro-batch, sp, ep) with the job's
+sequence length, precision and kernels — so each shape class is built and priced once
+(``layer_ops`` and the ``Pricer``, block by block: embedding, dense layer, MoE layer, head), and a
+stage of any plan is the sum of its priced blocks. Plans sharing a pipeline layout (pp, vpp) share
+their stage classes, and the schedule (``compose_step``) and memory (``stage_memory``) formulas run
+on arrays holding all of them. Memory is priced first: a plan that does not fit is never timed.
+
+A batch is a ``PlanSet`` (the job, the plan fields held fixed and the values each searched option
+may take) and a list of ``Structure`` (the sizes of a plan: tp, pp, vpp, cp, dp, ep, micro-batch).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
+from ..cost.framework import for_plan, get_framework
+from ..cost.network import GroupPlacement, NetworkPricer, place_group
+from ..cost.profile import HardwareProfile, profile_for
+from ..specs import ClusterSpec, ModelSpec, stage_layer_split
+from ..specs.plan import Plan
+from ..workload.graph import (dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
+                              recompute_ops, recompute_mode, stage_layers, stage_params)
+from ..workload.ops import OpKind, Phase
+from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
+from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
+from .step import (Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
+                   exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+# plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
+_JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
+               "moe_capacity_factor", "first_stage_layers", "last_stage_layers")
+
+# per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
+_FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
+           "attn_rc", "moe_imb")
+_F = {name: i for i, name in enumerate(_FIELDS)}
+_BLOCKS = ("embedding", "layer", "moe_layer", "head")
+
+
+@dataclass(frozen=True)
+class Structure:
+    """The sizes of a plan (its options aside): everything the pipeline layout and shapes depend on."""
+
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    dp: int
+    ep: int
+    micro_batch: int
+
+
+@dataclass(frozen=True)
+class PlanSet:
+    """One job and the plans of it to price: the fields held fixed and the values each option may take.
+
+    An option held in ``fixed`` takes that value only; otherwise its domain holds every value that
+    changes something under the rest of the plan (sequence parallelism only with TP, say), so that
+    no plan is priced twice. ``max_memory_fraction`` above 1 (``math.inf``) times plans that do not
+    fit too (predict reports them)."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch: int
+    seq_len: int
+    precision: str = "bf16"
+    framework: str = "megatron"
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    max_memory_fraction: float = 1.0
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def memory_limit_bytes(self) -> float:
+        return self.max_memory_fraction * self.cluster.gpu.hbm_bytes
+
+    # ---- the options' domains (ints, as a structure has them) ---------------------------------
+    def sp_domain(self, tp: int) -> tuple[bool, ...]:
+        return (self.fixed["sp"],) if "sp" in self.fixed else ((False, True) if tp > 1 else (False,))
+
+    def overlap_tp_domain(self, tp: int) -> tuple[bool, ...]:
+        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp)))
+
+    def overlap_pp_domain(self, pp: int) -> tuple[bool, ...]:
+        return self._flag("overlap_pp_comm", pp > 1)
+
+    def tp_overlap_matters(self, tp):
+        """Whether overlap_tp_comm changes anything (ints or arrays): TP within one NVLink domain
+        (Transformer Engine's userbuffers overlap needs the TP group on NVLink)."""
+        return (tp > 1) & (tp <= self.cluster.gpus_per_node)
+
+    def dp_overlap_matters(self, dp_cp, zero, pp):
+        """Whether overlap_dp_comm changes anything (ints or arrays): with a DP group, for ZeRO 0-2, and
+        for ZeRO-3 where the framework reduces once per step under PP (torchtitan)."""
+        per_step = get_framework(self.framework).fsdp_unsharded_with_pp
+        return (dp_cp > 1) & ((zero < 3) | ((pp > 1) & per_step))
+
+    def overlap_dp_domain(self, dp_cp: int, zero: int, pp: int = 1) -> tuple[bool, ...]:
+        return self._flag("overlap_dp_comm", bool(self.dp_overlap_matters(dp_cp, zero, pp)))
+
+    def overlap_param_gather_domain(self, dp_cp: int, zero: int) -> tuple[bool, ...]:
+        return self._flag("overlap_param_gather", dp_cp > 1 and zero > 0)
+
+    def _flag(self, name: str, matters: bool) -> tuple[bool, ...]:
+        if name in self.fixed:
+            return (self.fixed[name],)
+        return (False, True) if matters else (False,)
+
+    def zero_domain(self, dp_cp: int) -> tuple[int, ...]:
+        if "zero_stage" in self.fixed:
+            return (self.fixed["zero_stage"],)
+        return (0, 1, 2, 3) if dp_cp > 1 else (0, 3)   # ZeRO 1/2 shard nothing over one rank
+
+    @cached_property
+    def recompute_domain(self) -> tuple[str, ...]:
+        return (self.fixed["recompute"],) if "recompute" in self.fixed else RECOMPUTE_MODES
+
+    def option_count(self, tp: int, pp: int, dp_cp: int) -> int:
+        """Candidates a structure stands for: its sp x recompute x ZeRO x overlap options."""
+        zero_overlaps = sum(len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
+                            for z in self.zero_domain(dp_cp))
+        return (len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_tp_domain(tp))
+                * len(self.overlap_pp_domain(pp)) * zero_overlaps)
+
+    # ---- the same domains for arrays of structures (the pricer's rows) ------------------------
+    def flag_allows(self, name: str, value: bool, matters: np.ndarray) -> np.ndarray:
+        """Rows whose domain of the overlap flag ``name`` holds ``value`` (``matters``: rows where it does something)."""
+        if name in self.fixed:
+            return np.full(matters.shape, self.fixed[name] == value)
+        return matters.copy() if value else np.ones(matters.shape, dtype=bool)
+
+    def flag_count(self, name: str, matters: np.ndarray) -> np.ndarray:
+        return np.where(matters, 2, 1) if name not in self.fixed else np.ones(matters.shape, dtype=int)
+
+    def zero_allows(self, zero: int, dp_cp: np.ndarray) -> np.ndarray:
+        if "zero_stage" in self.fixed:
+            return np.full(dp_cp.shape, self.fixed["zero_stage"] == zero)
+        return np.full(dp_cp.shape, True) if zero in (0, 3) else dp_cp > 1
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A plan of a PlanSet with the step time and memory the batch pricing gave it."""
+
+    structure: Structure
+    sp: bool
+    recompute: str
+    zero_stage: int
+    overlap_tp_comm: bool
+    overlap_dp_comm: bool
+    overlap_param_gather: bool
+    overlap_pp_comm: bool
+    step_time_s: float
+    memory_bytes: float
+
+    def plan(self, plans: PlanSet) -> Plan:
+        s = self.structure
+        fields = dict(tp=s.tp, pp=s.pp, vpp=s.vpp, dp=s.dp, cp=s.cp, ep=s.ep, sp=self.sp, zero_stage=self.zero_stage,
+                      micro_batch=s.micro_batch, global_batch=plans.global_batch, recompute=self.recompute,
+                      precision=plans.precision, overlap_tp_comm=self.overlap_tp_comm,
+                      overlap_dp_comm=self.overlap_dp_comm, overlap_param_gather=self.overlap_param_gather,
+                      overlap_pp_comm=self.overlap_pp_comm)
+        for k in _JOB_FIELDS:
+            if k in plans.fixed:
+                fields[k] = plans.fixed[k]
+        return Plan(**fields)
+
+
+@dataclass
+class Evaluation:
+    candidates: list[Candidate]      # the best ``keep`` by step time, fastest first
+    feasible: int                    # candidates that fit in memory
+    memory_pruned: int
+    shape_classes: int               # distinct (layer shape, tp overlap, recompute) priced
+
+
+@dataclass(frozen=True)
+class _StageClass:
+    first: int
+    n_dense: int
+    n_moe: int
+    is_first: bool
+    is_last: bool
+    layer_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class PricedRows:
+    """What one timed batch of a layout tells a sink, row by row (arrays over the rows)."""
+
+    step_time_s: np.ndarray
+    memory_bytes: np.ndarray
+    valid: np.ndarray                     # rows that belong to the batch's plans under these overlaps
+    ref: tuple                            # decodes a row into a Candidate (``BatchPricer.candidate``)
+    breakdown_s: dict[str, np.ndarray]
+    critical_class: Any                   # index into ``stages`` (array)
+    stage_classes: list[StageTime]        # the distinct stages (array fields)
+    stage_class: list[int]                # the class of each stage
+    memory_of: Any                        # row index -> memory breakdown of each class (list of dicts)
+
+    def at(self, i: int) -> "PricedRows":
+        """Row ``i`` alone, in floats (predict's view)."""
+        def f(v) -> float:
+            return float(np.asarray(v)[i]) if np.ndim(v) else float(v)
+
+        stages = [StageTime(int(st.stage), **{k: f(v) for k, v in st.__dict__.items() if k != "stage"})
+                  for st in self.stage_classes]
+        return PricedRows(np.array([f(self.step_time_s)]), np.array([f(self.memory_bytes)]), np.array([True]),
+                          self.ref, {k: f(v) for k, v in self.breakdown_s.items()}, int(f(self.critical_class)),
+                          stages, self.stage_class, lambda _j: self.memory_of(i))
+
+
+class TopK:
+    """A sink keeping the ``k`` fastest plans seen."""
+
+    def __init__(self, k: int):
+        self.k = k
+        self.times: list[np.ndarray] = []
+        self.mems: list[np.ndarray] = []
+        self.info: list[tuple] = []
+
+    def offer(self, rows: PricedRows) -> None:
+        times = rows.step_time_s
+        idx = np.flatnonzero(rows.valid)
+        if idx.size > self.k:
+            idx = idx[np.argpartition(times[idx], self.k - 1)[: self.k]]
+        if idx.size:
+            self.times.append(times[idx])
+            self.mems.append(rows.memory_bytes[idx])
+            self.info.append((rows.ref, idx))
+
+    def best(self) -> list[tuple[float, float, tuple, int]]:
+        out = [(float(t), float(mem), info, int(i)) for (info, idx), ts, ms in zip(self.info, self.times, self.mems)
+               for t, mem, i in zip(ts, ms, idx)]
+        out.sort(key=lambda x: (x[0], x[1]))
+        return out[: self.k]
+
+
+class BatchPricer:
+    """Prices the plans of one PlanSet; shape classes are memoized across calls (and PlanSets of
+    the same model, sequence, precision, framework and fixed fields on the same kind of node)."""
+
+    def __init__(self, plans: PlanSet, profile: HardwareProfile | None = None):
+        self.plans = plans
+        self._key = _shape_key(plans)
+        self.model = plans.model
+        self.fw = for_plan(get_framework(plans.framework), SimpleNamespace(**plans.fixed))
+        self.profile = profile or profile_for(plans.cluster.gpu)
+        self.network = NetworkPricer(plans.cluster, self.profile)
+        self.kernel = plans.fixed.get("attention_kernel") or self.fw.attention_kernel
+        self.etp = plans.fixed.get("etp")
+        self.dispatcher = plans.fixed.get("moe_dispatcher") or self.fw.moe_dispatcher
+        self._computes: dict[tuple[int, int], ComputePricer] = {}
+        self._memory_bound = ComputePricer(plans.cluster.gpu, self.profile, self.fw)  # optimizer steps
+        self._ctx: dict[tuple, int] = {}
+        self._contexts: list[LayerContext] = []
+        self._blocks: dict[tuple, int] = {}
+        self._priced: dict[tuple, np.ndarray] = {}
+        self._block_rows: list[np.ndarray] = []
+        self._acts: dict[tuple, float] = {}
+        self._params: dict[tuple, float] = {}
+        self._layouts: dict[tuple, tuple[list[_StageClass], list[int]]] = {}
+
+    # ---- shape classes -----------------------------------------------------------------------
+    def _plan_ns(self, tp: int, cp: int = 1, ep: int = 1, mb: int = 1, sp: bool = False, pp: int = 1, dp: int = 1,
+                 overlap_tp: bool = False) -> SimpleNamespace:
+        f = self.plans.fixed
+        return SimpleNamespace(tp=tp, cp=cp, ep=ep, etp=self.etp, micro_batch=mb, sp=sp, pp=pp, dp=dp,
+                               precision=self.plans.precision, attention_kernel=self.kernel,
+                               moe_dispatcher=self.dispatcher, overlap_tp_comm=overlap_tp,
+                               moe_routing=f.get("moe_routing", "uniform"),
+                               moe_placement=f.get("moe_placement", "sequential"),
+                               moe_capacity_factor=f.get("moe_capacity_factor"))
+
+    def context_id(self, tp: int, cp: int, mb: int, sp: bool, ep: int) -> int:
+        key = (tp, cp, mb, sp, ep)
+        i = self._ctx.get(key)
+        if i is None:
+            plan = self._plan_ns(tp, cp, ep, mb, sp)
+            i = self._ctx[key] = len(self._contexts)
+            self._contexts.append(layer_context(self.model, plan, self.plans.seq_len, self.fw))
+        return i
+
+    def _activation(self, ctx_id: int, moe: bool, rc: str) -> float:
+        key = (ctx_id, moe, rc)
+        v = self._acts.get(key)
+        if v is None:
+            v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw))
+        return v
+
+    def _pricer(self, tp: int, cp: int, ep: int, overlap_tp: bool) -> Pricer:
+        plan = self._plan_ns(tp, cp, ep, overlap_tp=overlap_tp)
+        key = (tp_overlap_chunks(plan), cp)
+        compute = self._computes.get(key)
+        if compute is None:
+            compute = self._computes[key] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, *key)
+        return Pricer.for_plan(self.plans.cluster, plan, self.fw, self.profile, compute=compute, network=self.network)
+
+    def block_id(self, ctx_id: int, overlap_tp: bool, rc: str) -> int:
+        """Index of the priced blocks (embedding, layer, MoE layer, head) of a shape class."""
+        key = (ctx_id, overlap_tp, rc)
+        i = self._blocks.get(key)
+        if i is None:
+            c = self._contexts[ctx_id]
+            pricer = self._pricer(c.tp, c.cp, c.ep, overlap_tp)
+            base = self._priced.get((ctx_id, overlap_tp))
+            if base is None:  # forward and backward do not depend on the recompute mode
+                base = self._priced[(ctx_id, overlap_tp)] = self._price_blocks(c, pricer, None)
+            i = self._blocks[key] = len(self._block_rows)
+            self._block_rows.append(base + self._price_blocks(c, pricer, rc))
+        return i
+
+    def _price_blocks(self, c: LayerContext, pricer: Pricer, rc: str | None) -> np.ndarray:
+        """Per block, the fields of one phase group: forward and backward (``rc`` None), or the
+        recomputation ``rc`` adds."""
+        m = self.model
+        out = np.zeros((len(_BLOCKS), len(_FIELDS)))
+        for b, name in enumerate(_BLOCKS):
+            if name in ("layer", "moe_layer"):
+                if name == "moe_layer" and not m.is_moe:
+                    continue
+                f, bwd, core = layer_ops(c, name == "moe_layer")
+            elif rc is not None:
+                continue  # embedding and head are not recomputed
+            elif name == "embedding":
+                (f, bwd), core = embedding_ops(c, m.vocab_size, m.positions == "learned"), ()
+            else:
+                (f, bwd), core = head_ops(c, m.vocab_size, self.fw.fused_cross_entropy), ()
+            st = StageTime(0)
+            if rc is None:
+                cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
+                cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
+                out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
+                          st.moe_imbalance_s)
+            else:
+                ops = recompute_ops(recompute_mode(rc, self.fw), f, core, c, name == "moe_layer")
+                cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
+                out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
+                          st.moe_imbalance_s)
+        return out
+
+    # ---- layouts -----------------------------------------------------------------------------
+    def layout(self, pp: int, vpp: int, every_stage: bool = False) -> tuple[list[_StageClass], list[int]]:
+        """The distinct stages of a pipeline layout (as build_graph tells them apart) and the class of
+        each stage; ``every_stage``: one class per stage (its memory depends on its place in the pipeline)."""
+        key = (pp, vpp, every_stage)
+        if key in self._layouts:
+            return self._layouts[key]
+        f = self.plans.fixed
+        split = stage_layer_split(self.model.num_layers, pp, vpp, f.get("first_stage_layers"),
+                                  f.get("last_stage_layers"))
+        classes: list[_StageClass] = []
+        keys: dict[tuple, int] = {}
+        stage_class = []
+        for i, (chunks, layer_ids) in enumerate(stage_layers(split, pp, vpp)):
+            n_moe = sum(self.model.is_moe_layer(li) for li in layer_ids)
+            stage_key = (len(layer_ids) - n_moe, n_moe, i == 0, i == pp - 1, tuple(split[c] for c in chunks),
+                         i if every_stage else None)
+            if stage_key not in keys:
+                keys[stage_key] = len(classes)
+                classes.append(_StageClass(i, stage_key[0], n_moe, i == 0, i == pp - 1, tuple(layer_ids)))
+            stage_class.append(keys[stage_key])
+        self._layouts[key] = (classes, stage_class)
+        return classes, stage_class
+
+    def _stage_params(self, tp: int, ep: int, pp: int, k: _StageClass):
+        key = (tp, ep, pp, k.layer_ids, k.is_first, k.is_last)
+        v = self._params.get(key)
+        if v is None:
+            v = self._params[key] = stage_params(self.model, self._plan_ns(tp, ep=ep, pp=pp), list(k.layer_ids),
+                                                 k.is_first, k.is_last)
+        return v
+
+    # ---- pricing -----------------------------------------------------------------------------
+    def _use(self, plans: PlanSet | None) -> None:
+        if plans is not None:
+            if _shape_key(plans) != self._key:
+                raise ValueError("a BatchPricer prices PlanSets of one job: they may differ in the options held "
+                                 "fixed, the GPU count, batch and memory limit only")
+            self.plans = plans
+
+    def price(self, structures: list[Structure], sink, plans: PlanSet | None = None,
+              every_stage: bool = False) -> tuple[int, int]:
+        """Price every plan of ``structures`` and offer each timed batch to ``sink`` (an object with
+        ``offer(PricedRows)``). ``plans``: another PlanSet of the same job (it may differ in GPU count,
+        global batch and memory limit only). ``every_stage``: price every pipeline stage apart (not
+        only the distinct ones), for the memory of each. Returns (plans that fit, plans that did not)."""
+        self._use(plans)
+        groups: dict[tuple[int, int], list[Structure]] = {}
+        for s in structures:
+            groups.setdefault((s.pp, s.vpp), []).append(s)
+        feasible = pruned = 0
+        for (pp, vpp), ss in groups.items():
+            lay = _Layout(self, pp, vpp, ss, every_stage)
+            f, p, fits = lay.memory()
+            if fits:
+                lay.time(fits, sink)
+            feasible += f
+            pruned += p
+        return feasible, pruned
+
+    def run(self, structures: list[Structure], keep: int, plans: PlanSet | None = None) -> Evaluation:
+        """Price ``structures`` and keep the ``keep`` fastest plans."""
+        best = TopK(keep)
+        feasible, pruned = self.price(structures, best, plans)
+        cands = [self.candidate(ref, i, t, mem) for t, mem, ref, i in best.best()]
+        return Evaluation(cands, feasible, pruned, len(self._block_rows))
+
+    def candidate(self, ref: tuple, i: int, step_time_s: float = 0.0, memory_bytes: float = 0.0) -> Candidate:
+        """The plan of row ``i`` of a timed batch (``PricedRows.ref``)."""
+        ss, rows, odp, opg, opp = ref
+        s_idx, sp, rc, zero, otp = rows[i]
+        return Candidate(ss[s_idx], bool(sp), self.plans.recompute_domain[rc], int(zero), bool(otp), odp, opg, opp,
+                         step_time_s, memory_bytes)
+
+
+class _Layout:
+    """The plans of one pipeline layout (pp, vpp): their rows, memory, then step time."""
+
+    def __init__(self, pricer: BatchPricer, pp: int, vpp: int, ss: list[Structure], every_stage: bool = False):
+        self.pr, self.pp, self.vpp, self.ss = pricer, pp, vpp, ss
+        plans, model = pricer.plans, pricer.model
+        self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage)
+        # rows of (structure, sp)
+        s_rows, sp_rows, ctx_rows = [], [], []
+        for i, s in enumerate(ss):
+            for sp in plans.sp_domain(s.tp):
+                s_rows.append(i)
+                sp_rows.append(sp)
+                ctx_rows.append(pricer.context_id(s.tp, s.cp, s.micro_batch, sp, s.ep))
+        self.s_rows, self.sp_rows, self.ctx_rows = np.array(s_rows), sp_rows, ctx_rows
+        self.tp = np.array([s.tp for s in ss])
+        cp = np.array([s.cp for s in ss])
+        dp = np.array([s.dp for s in ss])
+        self.ep = np.array([s.ep for s in ss])
+        mb = np.array([s.micro_batch for s in ss])
+        self.dp_cp = dp * cp
+        self.etp = np.array([pricer.etp or s.tp for s in ss])
+        self.edp = np.maximum(1, self.tp * self.dp_cp // (self.ep * self.etp))
+        self.m = plans.global_batch // (dp * mb)
+        # parameters per class and structure
+        params = [[pricer._stage_params(s.tp, s.ep, pp, k) for s in ss] for k in self.classes]
+        self.dense = [np.array([p.dense + p.embedding for p in ps]) for ps in params]
+        self.expert = [np.array([p.expert for p in ps]) for ps in params]
+        self.embedding = [np.array([p.embedding for p in ps]) for ps in params]
+        self.total_params = [np.array([p.total for p in ps]) for ps in params]
+        ctxs = pricer._contexts
+        self.logits = np.array([ctxs[c].tokens * -(-model.vocab_size // ctxs[c].tp) for c in ctx_rows], dtype=float)
+        self.emb_rows = np.array([ctxs[c].norm_rows * ctxs[c].hidden * ctxs[c].act_bytes for c in ctx_rows],
+                                 dtype=float)
+        self.tp_many = plans.tp_overlap_matters(self.tp)
+        self.mem_total: dict[tuple[int, int], np.ndarray] = {}
+        self.mem_classes: dict[tuple[int, int], list[dict]] = {}
+
+    # ---- memory, per recompute mode and ZeRO stage ----------------------------------------------
+    def memory(self) -> tuple[int, int, dict[tuple[int, int], np.ndarray]]:
+        pr, plans, model = self.pr, self.pr.plans, self.pr.model
+        sr = self.s_rows
+        dp_cp_m, m_m = self.dp_cp[sr], self.m[sr]
+        n_otp = plans.flag_count("overlap_tp_comm", self.tp_many)
+        n_opp = len(plans.overlap_pp_domain(self.pp))
+        fits: dict[tuple[int, int], np.ndarray] = {}
+        feasible = pruned = 0
+        for r, rc in enumerate(plans.recompute_domain):
+            act_d = np.array([pr._activation(c, False, rc) for c in self.ctx_rows])
+            act_m = np.array([pr._activation(c, True, rc) for c in self.ctx_rows]) if model.is_moe else None
+            trans_d = np.array([pr._activation(c, False, "none") for c in self.ctx_rows]) - act_d
+            trans_m = (np.array([pr._activation(c, True, "none") for c in self.ctx_rows]) - act_m) if model.is_moe \
+                else None
+            for z in (0, 1, 2, 3):
+                in_domain = plans.zero_allows(z, self.dp_cp)[sr]
+                if not in_domain.any():
+                    continue
+                worst = None
+                per_class = []
+                for k, cls in enumerate(self.classes):
+                    moe = cls.n_moe > 0
+                    mem = stage_memory(
+                        pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=self.dense[k][sr],
+                        expert=self.expert[k][sr], dp_cp=dp_cp_m, edp=self.edp[sr], layers_dense=cls.n_dense,
+                        layers_moe=cls.n_moe, act_dense=act_d, act_moe=act_m if moe else 0.0,
+                        act_full_layer=np.maximum(trans_d, trans_m) if moe else trans_d,
+                        in_flight_layers=in_flight(self.pp, self.vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
+                        logits=self.logits if cls.is_last else None,
+                        embedding_rows_bytes=self.emb_rows if cls.is_first else None,
+                        embedding_in_flight=in_flight(self.pp, self.vpp, m_m, cls.first, 1),
+                        embedding=self.embedding[k][sr])
+                    per_class.append(mem)
+                    tot = sum(mem.values())
+                    worst = tot if worst is None else np.maximum(worst, tot)
+                ok = (worst <= plans.memory_limit_bytes) & in_domain
+                n_opg = plans.flag_count("overlap_param_gather", (self.dp_cp > 1) & (z > 0))
+                n_odp = plans.flag_count("overlap_dp_comm", plans.dp_overlap_matters(self.dp_cp, z, self.pp))
+                n_opt = (n_otp * n_odp * n_opg * n_opp)[sr]
+                feasible += int(n_opt[ok].sum())
+                pruned += int(n_opt[in_domain & ~ok].sum())
+                if ok.any():
+                    fits[(r, z)] = ok
+                    self.mem_total[(r, z)] = worst
+                    self.mem_classes[(r, z)] = per_class
+        return feasible, pruned, fits
+
+    # ---- step time --------------------------------------------------------------------------------
+    def time(self, fits: dict[tuple[int, int], np.ndarray], sink) -> None:
+        plans = self.pr.plans
+        pp, vpp = self.pp, self.vpp
+        # rows to time: (structure, sp, recompute, zero, tp overlap) that fit
+        parts = []
+        for (r, z), ok in fits.items():
+            for otp in (False, True):
+                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.tp_many)[self.s_rows])
+                if sel.size:
+                    parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
+                                           np.full(sel.size, int(otp))], axis=1))
+        rows = np.concatenate(parts)            # columns: memory row, recompute index, zero, tp overlap
+        mrow, r_col, z_col, otp_col = rows.T
+        srow = self.s_rows[mrow]
+        mem_rows = np.empty(len(rows))
+        for (r, z), tot in self.mem_total.items():
+            sel = (r_col == r) & (z_col == z)
+            mem_rows[sel] = tot[mrow[sel]]
+
+        base_classes = self._stage_times(rows)
+        pp_s = self._pipeline_sends(mrow)
+        sync, gather, opt, fsdp = self._data_parallel(srow, z_col)
+
+        # the schedule, per overlap choice
+        dp_cp_r = self.dp_cp[srow]
+        m_rows = self.m[srow]
+        params_rows = [params_k[srow] for params_k in self.total_params]
+        decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
+
+        def memory_of(i: int) -> list[dict]:
+            key = (int(r_col[i]), int(z_col[i]))
+            return [{k: float(np.asarray(v)[mrow[i]] if np.ndim(v) else v) for k, v in mem.items()}
+                    for mem in self.mem_classes[key]]
+
+        for odp, opg in itertools.product((False, True), (False, True)):
+            valid = (plans.flag_allows("overlap_dp_comm", odp, plans.dp_overlap_matters(dp_cp_r, z_col, pp))
+                     & plans.flag_allows("overlap_param_gather", opg, (dp_cp_r > 1) & (z_col > 0)))
+            if not valid.any():
+                continue
+            stage_times = []
+            for k, base in enumerate(base_classes):
+                st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
+                               tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
+                               pp_s=pp_s, dp_sync_s=sync[k], param_gather_s=gather[k], optimizer_s=opt[k],
+                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s)
+                st.fsdp_s = exposed_fsdp(fsdp[k], st.fwd_s, st.bwd_s, opg, st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
+                stage_times.append(st)
+            for opp in plans.overlap_pp_domain(pp):
+                breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
+                                               opg)
+                step = sum(breakdown.values())
+                sink.offer(PricedRows(step, mem_rows, valid, (self.ss, decoder, odp, opg, opp), breakdown, crit,
+                                      stage_times, self.stage_class, memory_of))
+
+    def _stage_times(self, rows: np.ndarray) -> list[StageTime]:
+        """Each stage class of every row: the sum of its priced blocks, with the communication the
+        plan cannot hide."""
+        pr = self.pr
+        rc_domain = pr.plans.recompute_domain
+        mrow, r_col, _, otp_col = rows.T
+        ctx = np.array(self.ctx_rows)[mrow]
+        keys = (ctx * 2 + otp_col) * len(rc_domain) + r_col
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        ids = np.array([pr.block_id(int(k // (2 * len(rc_domain))), bool((k // len(rc_domain)) % 2),
+                                    rc_domain[int(k % len(rc_domain))]) for k in uniq])
+        table = np.stack([pr._block_rows[i] for i in ids])[inverse.reshape(-1)]     # rows x blocks x fields
+        tp_r = self.tp[self.s_rows[mrow]].astype(float)
+        otp_r = otp_col.astype(bool)
+        out = []
+        for cls in self.classes:
+            counts = (float(cls.is_first), float(cls.n_dense), float(cls.n_moe), float(cls.is_last))
+            sums: Any = 0.0
+            for b, n in enumerate(counts):
+                if n:
+                    sums = sums + n * table[:, b, :]
+            if not isinstance(sums, np.ndarray):
+                sums = np.zeros((len(rows), len(_FIELDS)))
+
+            def total(name: str, sums=sums) -> np.ndarray:
+                return sums[:, _F[name]]
+
+            st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
+                           ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"))
+            st.cp_s = (exposed_cp(total("cp_fwd"), total("attn_fwd")) + exposed_cp(total("cp_bwd"), total("attn_bwd"))
+                       + exposed_cp(total("cp_rc"), total("attn_rc")))
+            st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))
+            st.cp_hidden_bwd_s = (hidden_cp(total("cp_bwd"), total("attn_bwd"))
+                                  + hidden_cp(total("cp_rc"), total("attn_rc")))
+            st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
+            out.append(st)
+        return out
+
+    def _pipeline_sends(self, mrow: np.ndarray):
+        """Pipeline sends of one micro-batch: 2 x vpp, all alike."""
+        pr, pp = self.pr, self.pp
+        if pp == 1:
+            return 0.0
+        p2p_pl = place_group(2, pr.plans.num_gpus // pp, pr.plans.cluster.gpus_per_node)
+        ctxs = pr._contexts
+        msg = np.array([pipeline_message_bytes(ctxs[c], pr.model) for c in self.ctx_rows], dtype=float)[mrow]
+        t_p2p = pr.network.time_many("send_recv", msg, [p2p_pl], np.zeros(len(mrow), dtype=int))
+        return 2 * self.vpp * t_p2p
+
+    def _data_parallel(self, srow: np.ndarray, z_col: np.ndarray):
+        """Per stage class: gradient reduction, parameter gathers (once per step), FSDP traffic per
+        micro-batch, and the optimizer step (they depend on the structure and the ZeRO stage)."""
+        pr, plans = self.pr, self.pr.plans
+        G = plans.cluster.gpus_per_node
+        n = len(srow)
+        dp_pl, dp_idx = _placements([(int(a), int(b)) for a, b in zip(self.dp_cp, self.tp)], G)
+        edp_pl, edp_idx = _placements([(int(a), int(b) * int(c)) for a, b, c in zip(self.edp, self.etp, self.ep)], G)
+        gb, pb = pr.fw.grad_reduce_bytes, (4 if plans.precision == "fp32" else 2)
+        k_range = range(len(self.classes))
+        sync, gather, opt, fsdp = ([np.zeros(n) for _ in k_range] for _ in range(4))
+        for z in (0, 1, 2, 3):
+            sel = z_col == z
+            if not sel.any():
+                continue
+            sr = srow[sel]
+            for k in k_range:
+                groups = ((self.dense[k][sr], dp_pl, dp_idx[sr]), (self.expert[k][sr], edp_pl, edp_idx[sr]))
+                acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp": 0.0}
+                for nparams, pls, idx in groups:
+                    for _name, kind, _phase, per_mb, elem in dp_collectives(
+                            z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
+                        t = pr.network.time_many(kind, nparams * (gb if elem == "grad" else pb), pls, idx)
+                        bucket = "fsdp" if per_mb else step_bucket(OpKind.COLLECTIVE, kind)
+                        acc[bucket] = acc[bucket] + t
+                _, adam = optimizer_traffic(self.dense[k][sr], self.expert[k][sr], self.dp_cp[sr], self.edp[sr], z, pb)
+                sync[k][sel] = acc["dp_sync"]
+                gather[k][sel] = acc["param_gather"]
+                fsdp[k][sel] = acc["fsdp"]
+                opt[k][sel] = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
+        return sync, gather, opt, fsdp
+
+
+def _shape_key(plans: PlanSet) -> tuple:
+    """What a BatchPricer's priced shape classes depend on: the job, and the plan fields of the job
+    (kernel, dispatcher, routing, ...) it holds fixed; not the searched options, GPU count or batch."""
+    c = plans.cluster
+    net = c.model_dump(exclude={"name", "source", "num_nodes"})
+    job_fields = tuple(sorted((k, v) for k, v in plans.fixed.items() if k in _JOB_FIELDS))
+    return (plans.model, plans.seq_len, plans.precision, plans.framework, job_fields, repr(net))
+
+
+class _RowDecoder:
+    """Turns a timed row back into (structure index, sp, recompute index, zero, tp overlap)."""
+
+    def __init__(self, s_rows: np.ndarray, sp_rows: list[bool], rows: np.ndarray):
+        self.s_rows, self.sp_rows, self.rows = s_rows, sp_rows, rows
+
+    def __getitem__(self, i: int) -> tuple[int, bool, int, int, bool]:
+        mr, r, z, otp = (int(x) for x in self.rows[i])
+        return int(self.s_rows[mr]), self.sp_rows[mr], r, z, bool(otp)
+
+
+def _placements(groups: list[tuple[int, int]], gpus_per_node: int) -> tuple[list[GroupPlacement], np.ndarray]:
+    """Distinct placements of (size, stride) groups and the index of each group's placement."""
+    index: dict[tuple[int, int], int] = {}
+    out = np.empty(len(groups), dtype=int)
+    for i, key in enumerate(groups):
+        out[i] = index.setdefault(key, len(index))
+    return [place_group(size, stride, gpus_per_node) for size, stride in index], out
+
+
+# ---- one plan: predict's view of the same pipeline -------------------------------------------------
+class _One:
+    """A sink for a batch of one plan: keeps everything the pipeline knows of its row."""
+
+    def __init__(self):
+        self.rows: PricedRows | None = None
+        self.i = -1
+
+    def offer(self, rows: PricedRows) -> None:
+        idx = np.flatnonzero(rows.valid)
+        if idx.size:
+            self.rows, self.i = rows, int(idx[0])
+
+
+def plan_set_of(plan: Plan, model: ModelSpec, cluster: ClusterSpec, seq_len: int, framework: str,
+                max_memory_fraction: float = math.inf) -> tuple[PlanSet, Structure]:
+    """The PlanSet holding exactly one resolved plan (every option fixed), and its structure."""
+    fixed = {k: getattr(plan, k) for k in ("sp", "zero_stage", "recompute", "overlap_tp_comm", "overlap_dp_comm",
+                                           "overlap_param_gather", "overlap_pp_comm", *_JOB_FIELDS)}
+    fixed = {k: v for k, v in fixed.items() if v is not None}
+    fixed["sp"] = bool(plan.sp and plan.tp > 1)
+    s = Structure(plan.tp, plan.pp, plan.vpp, plan.cp, plan.dp or 1, plan.ep, plan.micro_batch)
+    return PlanSet(model, cluster, plan.global_batch or 0, seq_len, plan.precision, framework, fixed,
+                   max_memory_fraction), s
+
+
+# BatchPricers of recent jobs: predict calls on plans of one job reuse its priced shape classes
+_PRICERS: dict[tuple, BatchPricer] = {}
+_PRICERS_KEPT = 16
+
+
+def _pricer_for(plans: PlanSet, profile: HardwareProfile | None) -> BatchPricer:
+    key = (_shape_key(plans), id(profile) if profile is not None else None)
+    pricer = _PRICERS.pop(key, None)
+    if pricer is None or (profile is not None and pricer.profile is not profile):
+        pricer = BatchPricer(plans, profile)
+    else:
+        pricer.plans = plans
+    _PRICERS[key] = pricer                       # most recent last
+    while len(_PRICERS) > _PRICERS_KEPT:
+        del _PRICERS[next(iter(_PRICERS))]
+    return pricer
+
+
+def _price_one(plans: PlanSet, s: Structure, profile: HardwareProfile | None, every_stage: bool) -> PricedRows:
+    sink = _One()
+    _pricer_for(plans, profile).price([s], sink, every_stage=every_stage)
+    assert sink.rows is not None, "a batch of one plan gave no row"
+    return sink.rows.at(sink.i)
+
+
+def _at_stage(st: StageTime, stage: int) -> StageTime:
+    out = copy.copy(st)
+    out.stage = stage
+    return out
+
+
+def price_plan(plan: Plan, model: ModelSpec, cluster: ClusterSpec, seq_len: int, framework: str,
+               profile: HardwareProfile | None = None) -> tuple[StepEstimate, MemoryEstimate]:
+    """Step time and memory of one resolved plan (its overlaps, kernel and dispatcher set): a batch
+    of one through the pipeline search uses. Plans that do not fit are priced too."""
+    plans, s = plan_set_of(plan, model, cluster, seq_len, framework)
+    rows = _price_one(plans, s, profile, every_stage=False)
+    classes = rows.stage_classes
+    stages = [classes[k] if classes[k].stage == i else _at_stage(classes[k], i) for i, k in enumerate(rows.stage_class)]
+    breakdown = rows.breakdown_s
+    m = plans.global_batch // (s.dp * s.micro_batch)
+    step = StepEstimate(sum(breakdown.values()), breakdown, stages, m, classes[rows.critical_class].stage)
+    per_class = rows.memory_of(0)
+    totals = [sum(d.values()) for d in per_class]
+    worst = max(range(len(per_class)), key=lambda k: (totals[k], -k))   # the first of equals
+
+    def every_stage() -> list[dict[str, float]]:   # each stage holds its own micro-batches in flight
+        return _price_one(plans, s, profile, every_stage=True).memory_of(0)
+
+    memory = MemoryEstimate(per_class[worst], cluster.gpu.hbm_bytes, classes[worst].stage, every_stage)
+    return step, memory
+
+
+__all__ = ["BatchPricer", "Candidate", "Evaluation", "PlanSet", "PricedRows", "Structure", "TopK", "plan_set_of",
+           "price_plan", "RECOMPUTE_MODES"]
