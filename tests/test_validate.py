@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from clustertwin.validate.compare import validate_rows
 from clustertwin.validate.runs import job_from_row, read_runs
 
