@@ -3,7 +3,7 @@ time, search the same job (model, GPUs, global batch, sequence length, precision
 the software stack's kernels) and compare the best plan found with the published plan, both under
 the model. Prints a Markdown table (docs/search.md holds its output).
 
-    python benchmarks/search_vs_published.py [../shared/validation/public_runs.csv]
+    python benchmarks/search_vs_published.py [data/validation/public_runs.csv]
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from clustertwin.predict import predict_job
 from clustertwin.search.tuner import search
 from clustertwin.validate import job_from_row, read_runs
 
-DEFAULT_CSV = Path(__file__).resolve().parents[1] / ".." / "shared" / "validation" / "public_runs.csv"
+DEFAULT_CSV = Path(__file__).resolve().parents[1] / "data" / "validation" / "public_runs.csv"
 
 
 def stack_fixed(job) -> dict:

@@ -1,12 +1,21 @@
 """Print the per-row validation table as Markdown (for docs/validation.md).
 
-Run: python benchmarks/validation_table.py ../shared/validation/public_runs.csv [more.csv ...]
+Run: python benchmarks/validation_table.py data/validation/public_runs.csv [more.csv ...]
 """
 from __future__ import annotations
 
 import sys
 
-from clustertwin.validate import read_runs, validate_rows
+from clustertwin.validate import ValidationReport, read_runs, validate_rows
+
+
+def summary(rep: ValidationReport) -> str:
+    """The line under each table of docs/validation.md (tests/test_accuracy_figures.py checks them)."""
+    by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
+    return (f"rows {len(rep.rows)}, predicted {len(rep.ok_rows)}, failed {len(rep.failed_rows)}; "
+            f"MAPE {rep.mape * 100:.1f}% ({by}); max |error| {rep.max_abs_error * 100:.1f}%; "
+            f"rows within 10%: {sum(abs(r.error) <= 0.10 for r in rep.ok_rows)}, "
+            f"within 20%: {sum(abs(r.error) <= 0.20 for r in rep.ok_rows)}")
 
 
 def main(paths: list[str]) -> None:
@@ -24,12 +33,8 @@ def main(paths: list[str]) -> None:
             top = ", ".join(f"{k} {v / p.step_time_s * 100:.0f}%" for k, v in parts if v > 0)
             print(f"| {r.run_id} | {p.graph.plan.short()} | {r.measured:.4g} | {r.predicted:.4g} | "
                   f"{r.error * 100:+.1f}% | {top} |")
-        by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
-        print(f"\nrows {len(rep.rows)}, predicted {len(rep.ok_rows)}, failed {len(rep.failed_rows)}; "
-              f"MAPE {rep.mape * 100:.1f}% ({by}); max |error| {rep.max_abs_error * 100:.1f}%; "
-              f"rows within 10%: {sum(abs(r.error) <= 0.10 for r in rep.ok_rows)}, "
-              f"within 20%: {sum(abs(r.error) <= 0.20 for r in rep.ok_rows)}\n")
+        print(f"\n{summary(rep)}\n")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["../shared/validation/public_runs.csv"])
+    main(sys.argv[1:] or ["data/validation/public_runs.csv"])

@@ -2,8 +2,8 @@
 
 The engine (streams, dependencies, group collectives, shared links), Megatron's pipeline orders, the
 overlap semantics of the block programs (against hand-computed times on a controlled pricer), the
-agreement with the analytic model on every configuration of shared/validation, and what only the
-replay shows: a slow GPU propagating through the pipeline and the DP synchronisation.
+agreement with the analytic model on every configuration of data/validation/public_runs.csv, and what
+only the replay shows: a slow GPU propagating through the pipeline and the DP synchronisation.
 """
 from __future__ import annotations
 
@@ -23,10 +23,10 @@ from clustertwin.validate.runs import job_from_row, read_runs
 from clustertwin.workload.graph import build_graph
 from clustertwin.workload.ops import OpKind, Phase
 
-VALIDATION = Path(__file__).resolve().parents[2] / "shared" / "validation" / "public_runs.csv"
+VALIDATION = Path(__file__).resolve().parents[1] / "data" / "validation" / "public_runs.csv"
 MOE_RUNS = Path(__file__).resolve().parents[1] / "data" / "validation" / "moe_public_runs.csv"
 
-# Configurations of shared/validation where the replay and the analytic model are known to differ by
+# Configurations of data/validation/public_runs.csv where the replay and the analytic model are known to differ by
 # more than 5%, and why (the replay is the faithful one; see docs/trace.md "sim vs predict").
 _NEMOTRON_GAP = (
     "Nemotron-4 340B with vpp=12 (one layer per virtual chunk) and a 256K vocabulary: the LM head makes "
@@ -183,8 +183,6 @@ def test_a_slow_member_holds_its_group_back_at_every_collective():
 
 # ---- the replay against the analytic model --------------------------------------------------------
 def _validation_rows():
-    if not VALIDATION.exists():
-        pytest.skip("shared validation data not present")
     rows = [r for r in read_runs(VALIDATION) if r.metric == "iteration_time_s"]
     assert len(rows) >= 40
     return rows

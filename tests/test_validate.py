@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from clustertwin.validate.compare import validate_rows
 from clustertwin.validate.runs import job_from_row, read_runs
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_RUNS = ROOT.parent / "shared" / "validation" / "public_runs.csv"
+PUBLIC_RUNS = ROOT / "data" / "validation" / "public_runs.csv"
 MOE_RUNS = ROOT / "data" / "validation" / "moe_public_runs.csv"
 DENSE_RUNS = ROOT / "data" / "validation" / "dense_public_runs.csv"
 TORCHTITAN_RUNS = ROOT / "data" / "validation" / "torchtitan_runs.csv"
@@ -55,9 +53,8 @@ def test_llama3_table4_8k_rows_within_the_issue_bound():
     assert sum(errors.values()) / len(errors) < 0.12
 
 
-@pytest.mark.skipif(not SHARED_RUNS.exists(), reason="shared/validation/public_runs.csv is not beside this checkout")
 def test_public_runs_accuracy_does_not_regress():
-    report = validate_rows(read_runs(SHARED_RUNS))
+    report = validate_rows(read_runs(PUBLIC_RUNS))
     errors = [abs(r.error) for r in report.rows if r.predicted is not None]
     assert len(errors) == len(report.rows)          # every row predicted
     assert sum(errors) / len(errors) <= 0.08        # the issue's MAPE bound

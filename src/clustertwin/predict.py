@@ -4,8 +4,8 @@ tokens/s, MFU and HFU.
 >>> from clustertwin import predict
 >>> r = predict("gpt3-175b", gpu="a100-80gb", num_gpus=1024, plan="tp=8,pp=16,dp=8,sp=1,recompute=selective",
 ...             micro_batch=1, global_batch=1536, seq_len=2048)
->>> sorted(r.breakdown_s) == sorted(["compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm",
-...                                  "dp_comm", "bubble", "optimizer", "other"])
+>>> sorted(r.breakdown_s) == sorted(["compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance",
+...                                  "pp_comm", "dp_comm", "bubble", "optimizer", "other"])
 True
 """
 from __future__ import annotations
