@@ -40,11 +40,7 @@ def test_group_takes_one_level_in_table_order():
     assert list(tiles) == ["256x128", "128x256", "128x128", "64x128", "64x64"]
     hopper = group("profile.hopper")
     assert "gemm_efficiency" not in hopper and "bf16" not in hopper   # the dtype table is one level down
-    assert group("profile.hopper.gemm_efficiency")["bf16"] == hopper_gemm_bf16()
-
-
-def hopper_gemm_bf16() -> float:
-    return value("profile.hopper.gemm_efficiency.bf16")
+    assert group("profile.hopper.gemm_efficiency")["bf16"] == value("profile.hopper.gemm_efficiency.bf16")
 
 
 def test_architecture_profiles_are_the_table():

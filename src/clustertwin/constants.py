@@ -42,8 +42,8 @@ class Constant:
 
 
 # ---- shared source texts -------------------------------------------------------------------------
-_CUBLAS_A100 = ("NVIDIA 'Matrix Multiplication Background' guide and public cuBLAS benchmarks: ~250 of A100's "
-                "312 TFLOP/s on large BF16/FP16 GEMMs in sustained use")
+_CUBLAS_A100 = ("public cuBLAS benchmarks (no one publication pinned, no A100 measurement at hand): ~250 of "
+                "A100's 312 TFLOP/s on large BF16/FP16 GEMMs in sustained use")
 _H100_GEMM = ("shared/calibration h100-sxm_microbench_2026-11-22.csv: large BF16 GEMMs reach 0.75-0.80 of the "
               "989 TFLOP/s peak in short runs at default clocks (8192^3: 795 TFLOP/s); times the shape "
               "efficiency this gives ~0.69-0.70 on large GEMMs, the ~700 TFLOP/s public H100 runs sustain at "
@@ -57,7 +57,7 @@ _FA3_H100 = ("Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5-7: FA
 _FA2_H100 = ("Shah et al. 2024 (arXiv 2407.08608) Fig. 5: FlashAttention-2 on H100 ~330-370 TFLOP/s forward at "
              "head dim 128 against FA3's 600+; pytorch/pytorch#142132 measures SDPA's flash kernel at 329 "
              "TFLOP/s against cuDNN's 631 at 4,608 keys")
-_STREAM = "STREAM-like copies reach ~85-90% of HBM peak on A100/H100 (public STREAM/babelstream GPU results)"
+_STREAM = "STREAM-like copies reach ~85-90% of HBM peak on A100/H100 in public benchmarks"
 _H100_COPY = ("shared/calibration h100-sxm_microbench_2026-11-22.csv: a 2 GiB copy moves 3.0 TB/s "
               "(read + write) of the 3.35 TB/s datasheet HBM3 bandwidth (0.90); " + _STREAM)
 _NCCL_A100 = "nccl-tests on DGX A100: all-reduce bus bandwidth ~230 GB/s of NVLink 3's 300 GB/s per direction"
@@ -66,10 +66,12 @@ _NCCL_IB = "nccl-tests across DGX nodes: InfiniBand/RoCE bus bandwidth ~90-95% o
 _BLACKWELL = "assumed: close to Hopper until a B200 is measured (no public sustained figures at hand)"
 _MI300X_GEMM = ("public MI300X GEMM benchmarks: hipBLASLt BF16 ~600-700 of the 1,307 TFLOP/s peak "
                 "(0.46-0.54)")
-_CDNA = "assumed: no CDNA measurement at hand; set below the NVIDIA figures as the public MI300X GEMM results are"
+_CDNA = "assumed: no CDNA measurement at hand; set below the NVIDIA figures, as MI300X's public GEMM results are"
+_GENERIC = ("assumed: the generic HardwareProfile default from before the per-architecture fill terms; "
+            "no measurement of this architecture at hand")
 
 _GEMM_EFF = "GEMM time: fraction of the dtype's datasheet peak a large {dtype} GEMM sustains on {arch}"
-_ATTN = "attention time: fraction of the BF16 peak the {kind} kernel reaches {phase} on {arch} at long rows"
+_ATTN = "attention time: fraction of the BF16 peak {kind} reaches {phase} on {arch} at long rows"
 _SEQ_HALF = "attention time: key length at which {kind} reaches half its efficiency on {arch}, s/(s + s_half)"
 _K_HALF = "GEMM time: inner dimension K at which a GEMM reaches half its efficiency on {arch}, K/(K + K_half)"
 _WAVE = ("GEMM time: share of the idle last wave of SMs a GEMM pays on {arch} "
@@ -131,14 +133,15 @@ _PROFILES: list[Constant] = [
             "fp32": "assumed: FP32 GEMMs run on the SIMT units, which cuBLAS keeps busier than tensor cores; "
                     "no measurement at hand",
             "tf32": "assumed: a little below BF16 (TF32 operands are twice as wide); no measurement at hand"}),
-        wave=(1.0, "NVIDIA GEMM performance guide (wave quantization): a GEMM whose tiles do not fill whole "
-                   "waves of SMs idles the rest of the last wave; Ampere's cuBLAS runs no stream-K by default"),
+        wave=(1.0, "NVIDIA Matrix Multiplication Background guide (DU-09799-001) Sec. 3.2, wave quantization: "
+                   "a GEMM whose tiles do not fill whole waves of SMs idles the rest of the last wave"),
         k_half=(128, "assumed: half Hopper's (fill/drain and epilogue amortised over K weigh less on tensor "
                      "cores ~3x slower per SM); not measured on an A100"),
         fwd=(0.72, _FA2_A100), bwd=(0.60, _FA2_A100),
         seq_half=(512, "assumed: half Hopper's, as FlashAttention-2 on A100 saturates at shorter rows than "
                        "FA3's warp-specialised pipeline (Dao 2023 Fig. 4-6 show the rise with sequence length)"),
-        mem=(0.86, _STREAM), nvlink=(0.78, _NCCL_A100), nic=(0.92, _NCCL_IB)),
+        mem=(0.86, "assumed: " + _STREAM + "; no A100 measurement at hand"),
+        nvlink=(0.78, _NCCL_A100), nic=(0.92, _NCCL_IB)),
     *_profile(
         "hopper",
         _gemm("hopper", {"bf16": 0.72, "fp16": 0.72, "fp8": 0.60, "fp32": 0.80, "tf32": 0.68}, {
@@ -147,7 +150,7 @@ _PROFILES: list[Constant] = [
                     "no measurement at hand",
             "tf32": "assumed: a little below BF16 (TF32 operands are twice as wide); no measurement at hand"}),
         wave=(0.5, "assumed: Hopper's persistent / stream-K cuBLAS kernels recover about half of the last "
-                   "wave's tail (NVIDIA GEMM performance guide describes the tail; the half is not measured)"),
+                   "wave's tail (the tail: Matrix Multiplication Background guide Sec. 3.2; the half is not measured)"),
         k_half=(256, "shared/calibration h100-sxm_microbench_2026-11-22.csv: 16384x768x768 reaches 0.52 of "
                      "peak and 2048^3 0.62 against 0.75-0.80 for large shapes; K/(K + 256) with the tile and "
                      "wave terms gives 0.53 and 0.63"),
@@ -161,20 +164,20 @@ _PROFILES: list[Constant] = [
         _gemm("blackwell", {"bf16": 0.75, "fp16": 0.75, "fp8": 0.70, "fp4": 0.6, "fp32": 0.8, "tf32": 0.7},
               {d: _BLACKWELL for d in ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")}),
         wave=(0.5, _BLACKWELL), k_half=(256, _BLACKWELL), fwd=(0.60, _BLACKWELL), bwd=(0.45, _BLACKWELL),
-        seq_half=(256.0, "assumed: the generic default (no B200 attention measurement at hand)"),
+        seq_half=(256.0, _GENERIC),
         mem=(0.88, _BLACKWELL), nvlink=(0.80, _BLACKWELL), nic=(0.93, _BLACKWELL)),
     *_profile(
         "cdna",
         _gemm("cdna", {"bf16": 0.52, "fp16": 0.52, "fp8": 0.45, "fp32": 0.7, "tf32": 0.5}, {
             "bf16": _MI300X_GEMM, "fp16": _MI300X_GEMM, "fp8": _CDNA, "fp32": _CDNA, "tf32": _CDNA}),
         wave=(1.0, "assumed: the whole tail of the last wave (no stream-K assumed in hipBLASLt)"),
-        k_half=(48.0, _CDNA), fwd=(0.40, _CDNA), bwd=(0.30, _CDNA), seq_half=(256.0, _CDNA),
+        k_half=(48.0, _GENERIC), fwd=(0.40, _CDNA), bwd=(0.30, _CDNA), seq_half=(256.0, _GENERIC),
         mem=(0.80, _CDNA), nvlink=(0.70, _CDNA + " (xGMI under RCCL)"),
         nic=(0.90, "assumed: the low end of " + _NCCL_IB + " for RCCL")),
 ]
 
-_TILE_SOURCE = ("assumed: relative speed of cuBLAS/CUTLASS tile shapes (larger tiles reuse operands better); "
-                "shapes from the CUTLASS/cuBLAS tile set, relative efficiencies not measured")
+_TILE_SOURCE = ("assumed: the relative efficiencies are not measured; the tile shapes, and larger tiles running "
+                "more efficiently, from NVIDIA's Matrix Multiplication Background guide (DU-09799-001) Sec. 2.3")
 _TILE_PRICES = "GEMM time: efficiency of the {m}x{n} output tile; each GEMM takes its best tile"
 
 _COMPUTE: list[Constant] = [
