@@ -9,14 +9,18 @@ import math
 from functools import lru_cache
 
 from ..arith import maximum
+from ..constants import group, value
 from ..specs.hardware import GPUSpec
 from ..workload.ops import Op, OpKind, is_score_gemm
 from .framework import FrameworkProfile
 from .profile import HardwareProfile
 
 # (tile rows, tile cols, relative efficiency of the tile): large tiles run best (cuBLAS heuristics)
-_TILES = ((256, 128, 1.0), (128, 256, 1.0), (128, 128, 0.92), (64, 128, 0.78), (64, 64, 0.6))
-OPTIMIZER_KERNELS = 4  # multi-tensor apply: a handful of launches for the whole step
+_TILES = tuple((*map(int, tile.split("x")), eff) for tile, eff in group("gemm_tile_efficiency").items())
+OPTIMIZER_KERNELS = int(value("optimizer.kernels"))  # multi-tensor apply: a handful of launches for the whole step
+_QUERY_TILE = int(value("attention.query_tile_rows"))  # rows of one attention thread block
+_HEAD_DIM_REF = value("attention.reference_head_dim")  # the head dim the profile's efficiencies are for
+_HEAD_DIM_EXP = value("attention.head_dim_exponent")
 
 
 @lru_cache(maxsize=65536)
@@ -57,13 +61,11 @@ class ComputePricer:
         if tables is not None and tables.has_gemm(op.dtype):
             return self._measured_gemm_time(op, tables)
         eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
-        chunks = self.tp_overlap_chunks if (op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name)
-                                            and not op.name.startswith("moe.")) else 1
+        chunks = self._gemm_chunks(op)
         if chunks > 1:
             m_chunk = m // chunks if not op.name.endswith(".wgrad") else m
-            n_chunk = n if not op.name.endswith(".wgrad") else n
             k_chunk = k // chunks if op.name.endswith(".wgrad") else k
-            eff *= gemm_shape_efficiency(max(1, m_chunk), n_chunk, max(1, k_chunk), batch, self.gpu.sm_count,
+            eff *= gemm_shape_efficiency(max(1, m_chunk), n, max(1, k_chunk), batch, self.gpu.sm_count,
                                          self.profile.wave_quantization, self.profile.k_half)
         else:
             eff *= gemm_shape_efficiency(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization,
@@ -103,9 +105,9 @@ class ComputePricer:
                 seq_half = p.attention_seq_half
             eff *= rows / (rows + seq_half)                      # short rows do not fill the pipeline
             eff *= self.clock
-            eff *= min(1.0, (max(dqk, dv) / 128.0)) ** 0.5       # head dim 64 runs ~70-80% as fast as 128
+            eff *= min(1.0, (max(dqk, dv) / _HEAD_DIM_REF)) ** _HEAD_DIM_EXP  # head dim 64: ~70-80% of 128's speed
         # fill: few (batch x heads x query tiles) blocks leave SMs idle
-        blocks = b * heads * math.ceil(s_q / 128)
+        blocks = b * heads * math.ceil(s_q / _QUERY_TILE)
         eff *= min(1.0, blocks / self.gpu.sm_count) if blocks < self.gpu.sm_count else 1.0
         return max(op.flops / (self.gpu.peak("bf16") * eff), op.bytes / self.mem_bw)
 

@@ -76,7 +76,7 @@ class NetworkPricer:
         if node.scaleup_fabric == "pcie":
             self.nvlink = min(self.nvlink, node.gpu.pcie_bandwidth_bytes_per_s * profile.nvlink_efficiency)
         self.nic_per_gpu = node.nic_bandwidth_per_gpu * profile.nic_efficiency
-        self.nodes_per_leaf = getattr(cluster, "nodes_per_leaf", 32)
+        self.nodes_per_leaf = cluster.nodes_per_leaf
 
     def _taper(self, pl: GroupPlacement) -> float:
         if pl.node_span > self.nodes_per_leaf:

@@ -60,9 +60,6 @@ class StragglerModel(Frozen):
             self.slow_node_fraction == 0 or self.slow_node_slowdown == 0)
 
 
-NO_STRAGGLERS = StragglerModel(gpu_speed_cv=0.0, thermal_slowdown=0.0, slow_node_fraction=0.0)
-
-
 def _phi(z: np.ndarray) -> np.ndarray:
     return 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)).astype(float))
 

@@ -14,9 +14,13 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..arith import maximum, minimum, where
+from ..constants import value
 from ..cost.framework import FrameworkProfile
 from ..workload.transformer import LayerContext
 
+_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v
+_ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp32 m, v
+_FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
 
 def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none") -> float:
     """Bytes one layer keeps for its backward, for one micro-batch, on one rank."""
@@ -110,9 +114,9 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
 
     if fw.master_in_optimizer and not fp32:
-        w_bytes, g_bytes, o_bytes = 2, fw.grad_reduce_bytes, 12
+        w_bytes, g_bytes, o_bytes = 2, fw.grad_reduce_bytes, _ADAM_WITH_MASTER
     else:
-        w_bytes, g_bytes, o_bytes = 4, 4, 8
+        w_bytes, g_bytes, o_bytes = 4, 4, _ADAM_WITHOUT_MASTER
     weights = w_bytes * shard(dense, expert, z >= 3)
     if z == 2:
         # ZeRO-2 reduces the gradients once per step (as Megatron's distributed optimizer and FSDP
@@ -136,7 +140,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     elif not fw.master_in_optimizer and not fp32:  # autocast keeps 16-bit copies of the weights in use
         other += 2 * (dense + expert)
     if precision == "fp8":  # Transformer Engine caches fp8 copies of the GEMM weights
-        other += 1 * shard(dense, expert, z >= 3)
+        other += _FP8_WEIGHT_CACHE * shard(dense, expert, z >= 3)
 
     n_layers = layers_dense + layers_moe
     mean_layer = (act_dense * layers_dense + act_moe * layers_moe) / max(1, n_layers)

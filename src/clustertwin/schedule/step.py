@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..arith import logical_and, maximum, minimum, pick, where
+from ..constants import value
 from ..cost.compute import ComputePricer
 from ..cost.framework import FrameworkProfile
 from ..cost.network import GroupPlacement, NetworkPricer, place_group
@@ -30,7 +31,9 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_
 
 # Megatron-Core buckets gradients (bucket_size = max(40M, 1M x dp) elements); the last bucket's
 # reduction starts only when the backward ends, so it is never hidden.
-BUCKET_ELEMENTS = 40e6
+BUCKET_ELEMENTS = value("schedule.dp_bucket_elements")
+# FSDP prefetch never hides every gather: the share that stays exposed
+_FSDP_EXPOSED_FLOOR = value("schedule.fsdp_exposed_floor")
 
 
 @dataclass
@@ -174,7 +177,7 @@ def exposed_fsdp(fsdp, fwd_s, bwd_s, overlap, cp_hidden=0.0):
     """FSDP/ZeRO-3 gathers and reduce-scatters per micro-batch, prefetched under the compute that is
     not already hiding the CP ring exchange."""
     hidden = where(overlap, fwd_s + bwd_s - cp_hidden, 0.0)
-    return where(fsdp != 0, maximum(fsdp - hidden, fsdp * 0.05), 0.0)
+    return where(fsdp != 0, maximum(fsdp - hidden, fsdp * _FSDP_EXPOSED_FLOOR), 0.0)
 
 
 def step_bucket(kind: OpKind, collective: str = "") -> str:

@@ -40,8 +40,6 @@ from .layout import Segment, StageDP, block_of, chunk_segments, segment_weight
 from .program import Program, build_program, comm_latency
 from .schedule import next_virtual, stage_order
 
-MACRO_STREAMS = ("compute", "dp_comm", "dp_rs", "pp_comm")
-
 
 @dataclass
 class MicroProfile:

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from ..constants import value
 from ..errors import SpecError
 from ..units import parse_quantity
 from .model import Frozen
@@ -36,7 +37,8 @@ class GPUSpec(Frozen):
     hbm_bytes: float = Field(gt=0)
     hbm_bandwidth_bytes_per_s: float = Field(gt=0)
     scaleup_bandwidth_bytes_per_s: float = Field(gt=0, description="NVLink/xGMI per GPU, one direction")
-    pcie_bandwidth_bytes_per_s: float = Field(32e9, gt=0, description="host link, one direction")
+    pcie_bandwidth_bytes_per_s: float = Field(value("gpu.pcie_bandwidth_bytes_per_s"), gt=0,
+                                              description="host link, one direction")
     tdp_w: float = Field(gt=0, description="board power the GPU runs at (its power limit)")
     rated_tdp_w: float | None = Field(None, gt=0, description="the TDP the datasheet peaks and efficiencies refer "
                                       "to, when tdp_w is a lower power cap; None = tdp_w")
@@ -129,9 +131,12 @@ class ClusterSpec(Frozen):
     num_nodes: int = Field(gt=0, le=1_000_000)
     topology: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
     oversubscription: float = Field(1.0, ge=1.0, le=64.0, description="fat-tree taper above the leaf, 1 = full bisection")
-    nodes_per_leaf: int = Field(32, gt=0, le=100_000, description="nodes under one leaf (rail) switch group; beyond it traffic pays the taper")
-    intra_node_latency_s: float = Field(2e-6, ge=0, le=1e-2, description="per collective step on NVLink")
-    inter_node_latency_s: float = Field(5e-6, ge=0, le=1e-1, description="per collective step across the network")
+    nodes_per_leaf: int = Field(int(value("cluster.nodes_per_leaf")), gt=0, le=100_000,
+                                description="nodes under one leaf (rail) switch group; beyond it traffic pays the taper")
+    intra_node_latency_s: float = Field(value("cluster.intra_node_latency_s"), ge=0, le=1e-2,
+                                        description="per collective step on NVLink")
+    inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-1,
+                                        description="per collective step across the network")
 
     _p_lat = field_validator("intra_node_latency_s", "inter_node_latency_s", mode="before")(classmethod(_q("latency")))
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
+from ..constants import value
 from .ops import Op, OpKind, Phase, is_score_gemm
 
 FWD, BWD = Phase.FWD, Phase.BWD
+_ATTN_BWD_FLOPS = value("attention.backward_flops_factor")  # FlashAttention backward / forward FLOPs
 
 
 @dataclass(frozen=True)
@@ -157,8 +159,8 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
         shape = (b, a, s_q, s_kv, c.qk_head_dim, c.v_head_dim)
         name = "attn." + c.attention_kernel
         fwd = Op(name, OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
-        bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=2.5 * flops, bytes=float(2 * io), shape=shape,
-                 layer=layer)
+        bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=_ATTN_BWD_FLOPS * flops, bytes=float(2 * io),
+                 shape=shape, layer=layer)
         return [fwd], [bwd], [fwd]
     scores = b * a * s_q * s_kv
     fwd = [gemm("attn.qk", s_q, s_kv, c.qk_head_dim, "bf16", 2, b * a, FWD, layer),

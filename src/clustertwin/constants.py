@@ -1,0 +1,330 @@
+"""The modelling constants of the core, each with its unit, its source and what it prices.
+
+One table: the pricing code reads every modelling constant from it (``value``, ``group``), and the
+constant tables of docs/model.md are generated from it (``python benchmarks/constants_table.py --write
+docs/model.md``; a test checks they match). A source is a citation (paper and section or figure,
+documentation, a measurement under shared/calibration and what it measured) or starts with
+"assumed:" and says why. Framework profiles (``FrameworkProfile``) keep their own figures.
+
+This module imports nothing from clustertwin, so every part of the package may import it.
+
+>>> value("gemm_tile_efficiency.128x128")
+0.92
+>>> group("profile.hopper.gemm_efficiency")["fp8"]
+0.6
+>>> constant("schedule.dp_bucket_elements").unit
+'elements'
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping, Sequence
+
+ASSUMED = "assumed:"
+
+
+@dataclass(frozen=True)
+class Constant:
+    """One modelling constant: ``source`` cites where the value comes from, or starts with
+    "assumed:" and says why; ``prices`` says what it changes in a prediction."""
+
+    name: str
+    value: float
+    unit: str
+    source: str
+    prices: str
+
+    @property
+    def assumed(self) -> bool:
+        return self.source.startswith(ASSUMED)
+
+
+# ---- shared source texts -------------------------------------------------------------------------
+_CUBLAS_A100 = ("public cuBLAS benchmarks (no one publication pinned, no A100 measurement at hand): ~250 of "
+                "A100's 312 TFLOP/s on large BF16/FP16 GEMMs in sustained use")
+_H100_GEMM = ("shared/calibration h100-sxm_microbench_2026-11-22.csv: large BF16 GEMMs reach 0.75-0.80 of the "
+              "989 TFLOP/s peak in short runs at default clocks (8192^3: 795 TFLOP/s); times the shape "
+              "efficiency this gives ~0.69-0.70 on large GEMMs, the ~700 TFLOP/s public H100 runs sustain at "
+              "700 W where clocks fall below the 1.98 GHz boost")
+_H100_FP8 = ("assumed: ~1,200 of the 1,979 TFLOP/s FP8 peak sustained (the BF16 reasoning: short benchmarks "
+             "run higher, sustained clocks lower); no FP8 measurement at hand")
+_FA2_A100 = ("Dao 2023 (FlashAttention-2, arXiv 2307.08691) Fig. 4-6: up to 73% of A100 peak forward, "
+             "~63% forward+backward at head dim 128")
+_FA3_H100 = ("Shah et al. 2024 (FlashAttention-3, arXiv 2407.08608) Fig. 5-7: FA3 / cuDNN on H100 ~600-660 "
+             "TFLOP/s forward at 8K-16K keys (causal, head dim 128), backward ~450-560")
+_FA2_H100 = ("Shah et al. 2024 (arXiv 2407.08608) Fig. 5: FlashAttention-2 on H100 ~330-370 TFLOP/s forward at "
+             "head dim 128 against FA3's 600+; pytorch/pytorch#142132 measures SDPA's flash kernel at 329 "
+             "TFLOP/s against cuDNN's 631 at 4,608 keys")
+_STREAM = "STREAM-like copies reach ~85-90% of HBM peak on A100/H100 in public benchmarks"
+_H100_COPY = ("shared/calibration h100-sxm_microbench_2026-11-22.csv: a 2 GiB copy moves 3.0 TB/s "
+              "(read + write) of the 3.35 TB/s datasheet HBM3 bandwidth (0.90); " + _STREAM)
+_NCCL_A100 = "nccl-tests on DGX A100: all-reduce bus bandwidth ~230 GB/s of NVLink 3's 300 GB/s per direction"
+_NCCL_H100 = "nccl-tests on DGX H100: all-reduce bus bandwidth ~360-370 GB/s of NVLink 4's 450 GB/s per direction"
+_NCCL_IB = "nccl-tests across DGX nodes: InfiniBand/RoCE bus bandwidth ~90-95% of line rate"
+_BLACKWELL = "assumed: close to Hopper until a B200 is measured (no public sustained figures at hand)"
+_MI300X_GEMM = ("public MI300X GEMM benchmarks: hipBLASLt BF16 ~600-700 of the 1,307 TFLOP/s peak "
+                "(0.46-0.54)")
+_CDNA = "assumed: no CDNA measurement at hand; set below the NVIDIA figures, as MI300X's public GEMM results are"
+_GENERIC = ("assumed: the generic HardwareProfile default from before the per-architecture fill terms; "
+            "no measurement of this architecture at hand")
+
+_GEMM_EFF = "GEMM time: fraction of the dtype's datasheet peak a large {dtype} GEMM sustains on {arch}"
+_ATTN = "attention time: fraction of the BF16 peak {kind} reaches {phase} on {arch} at long rows"
+_SEQ_HALF = "attention time: key length at which {kind} reaches half its efficiency on {arch}, s/(s + s_half)"
+_K_HALF = "GEMM time: inner dimension K at which a GEMM reaches half its efficiency on {arch}, K/(K + K_half)"
+_WAVE = ("GEMM time: share of the idle last wave of SMs a GEMM pays on {arch} "
+         "(1 = the whole tail, 0 = none)")
+_MEM = "memory-bound op time: achievable fraction of HBM bandwidth on {arch}"
+_NVLINK = "collective time: NCCL bus bandwidth over the scale-up link peak (intra-node) on {arch}"
+_NIC = "collective time: NCCL bus bandwidth over NIC line rate (inter-node) on {arch} clusters"
+
+
+def _gemm(arch: str, effs: dict[str, float], sources: dict[str, str]) -> list[Constant]:
+    return [Constant(f"profile.{arch}.gemm_efficiency.{d}", v, "fraction of peak", sources[d],
+                     _GEMM_EFF.format(dtype=d.upper(), arch=arch)) for d, v in effs.items()]
+
+
+def _profile(arch: str, gemm: list[Constant], *, wave: tuple[float, str], k_half: tuple[float, str],
+             fwd: tuple[float, str], bwd: tuple[float, str], seq_half: tuple[float, str],
+             mem: tuple[float, str], nvlink: tuple[float, str], nic: tuple[float, str],
+             fa2: tuple[float, float, float, str] | None = None) -> list[Constant]:
+    """The constants of one architecture's hardware profile, in HardwareProfile's field order."""
+    kernel = "FlashAttention-2" if arch == "ampere" else "the best flash kernel (FA3 / cuDNN class)"
+    out = list(gemm)
+    out += [
+        Constant(f"profile.{arch}.wave_quantization", wave[0], "fraction", wave[1], _WAVE.format(arch=arch)),
+        Constant(f"profile.{arch}.k_half", k_half[0], "elements", k_half[1], _K_HALF.format(arch=arch)),
+        Constant(f"profile.{arch}.attention_fwd_efficiency", fwd[0], "fraction of peak", fwd[1],
+                 _ATTN.format(kind=kernel, phase="forward", arch=arch)),
+        Constant(f"profile.{arch}.attention_bwd_efficiency", bwd[0], "fraction of peak", bwd[1],
+                 _ATTN.format(kind=kernel, phase="backward", arch=arch)),
+        Constant(f"profile.{arch}.attention_seq_half", seq_half[0], "keys", seq_half[1],
+                 _SEQ_HALF.format(kind=kernel, arch=arch)),
+    ]
+    if fa2 is not None:
+        f_fwd, f_bwd, f_half, f_src = fa2
+        out += [
+            Constant(f"profile.{arch}.attention_fa2_fwd_efficiency", f_fwd, "fraction of peak", f_src,
+                     _ATTN.format(kind="FlashAttention-2 (attention_kernel flash2)", phase="forward", arch=arch)),
+            Constant(f"profile.{arch}.attention_fa2_bwd_efficiency", f_bwd, "fraction of peak", f_src,
+                     _ATTN.format(kind="FlashAttention-2 (attention_kernel flash2)", phase="backward", arch=arch)),
+            Constant(f"profile.{arch}.attention_fa2_seq_half", f_half, "keys",
+                     "assumed: as on Ampere, whose best kernel is the same FlashAttention-2",
+                     _SEQ_HALF.format(kind="FlashAttention-2", arch=arch)),
+        ]
+    out += [
+        Constant(f"profile.{arch}.memory_efficiency", mem[0], "fraction of bandwidth", mem[1], _MEM.format(arch=arch)),
+        Constant(f"profile.{arch}.nvlink_efficiency", nvlink[0], "fraction of bandwidth", nvlink[1],
+                 _NVLINK.format(arch=arch)),
+        Constant(f"profile.{arch}.nic_efficiency", nic[0], "fraction of bandwidth", nic[1], _NIC.format(arch=arch)),
+    ]
+    return out
+
+
+_PROFILES: list[Constant] = [
+    *_profile(
+        "ampere",
+        _gemm("ampere", {"bf16": 0.80, "fp16": 0.80, "fp8": 0.80, "fp32": 0.85, "tf32": 0.75}, {
+            "bf16": _CUBLAS_A100, "fp16": _CUBLAS_A100,
+            "fp8": "A100 has no FP8 tensor cores: an FP8 plan runs at the BF16 peak (GPUSpec.peak falls back), "
+                   "so the BF16 figure (" + _CUBLAS_A100 + ")",
+            "fp32": "assumed: FP32 GEMMs run on the SIMT units, which cuBLAS keeps busier than tensor cores; "
+                    "no measurement at hand",
+            "tf32": "assumed: a little below BF16 (TF32 operands are twice as wide); no measurement at hand"}),
+        wave=(1.0, "NVIDIA Matrix Multiplication Background guide (DU-09799-001) Sec. 3.2, wave quantization: "
+                   "a GEMM whose tiles do not fill whole waves of SMs idles the rest of the last wave"),
+        k_half=(128, "assumed: half Hopper's (fill/drain and epilogue amortised over K weigh less on tensor "
+                     "cores ~3x slower per SM); not measured on an A100"),
+        fwd=(0.72, _FA2_A100), bwd=(0.60, _FA2_A100),
+        seq_half=(512, "assumed: half Hopper's, as FlashAttention-2 on A100 saturates at shorter rows than "
+                       "FA3's warp-specialised pipeline (Dao 2023 Fig. 4-6 show the rise with sequence length)"),
+        mem=(0.86, "assumed: " + _STREAM + "; no A100 measurement at hand"),
+        nvlink=(0.78, _NCCL_A100), nic=(0.92, _NCCL_IB)),
+    *_profile(
+        "hopper",
+        _gemm("hopper", {"bf16": 0.72, "fp16": 0.72, "fp8": 0.60, "fp32": 0.80, "tf32": 0.68}, {
+            "bf16": _H100_GEMM, "fp16": _H100_GEMM, "fp8": _H100_FP8,
+            "fp32": "assumed: FP32 GEMMs run on the SIMT units, which cuBLAS keeps busier than tensor cores; "
+                    "no measurement at hand",
+            "tf32": "assumed: a little below BF16 (TF32 operands are twice as wide); no measurement at hand"}),
+        wave=(0.5, "assumed: Hopper's persistent / stream-K cuBLAS kernels recover about half of the last "
+                   "wave's tail (the tail: Matrix Multiplication Background guide Sec. 3.2; the half is not measured)"),
+        k_half=(256, "shared/calibration h100-sxm_microbench_2026-11-22.csv: 16384x768x768 reaches 0.52 of "
+                     "peak and 2048^3 0.62 against 0.75-0.80 for large shapes; K/(K + 256) with the tile and "
+                     "wave terms gives 0.53 and 0.63"),
+        fwd=(0.70, _FA3_H100), bwd=(0.58, _FA3_H100),
+        seq_half=(1024, "Shah et al. 2024 (arXiv 2407.08608) Fig. 5-7: FA3 causal, head dim 128 runs ~420-500 "
+                        "TFLOP/s at 2K keys and ~600-660 at 8K-16K; 0.70 x 989 x s/(s + 1024) gives 461 and 651"),
+        fa2=(0.36, 0.31, 512, _FA2_H100),
+        mem=(0.88, _H100_COPY), nvlink=(0.81, _NCCL_H100), nic=(0.93, _NCCL_IB)),
+    *_profile(
+        "blackwell",
+        _gemm("blackwell", {"bf16": 0.75, "fp16": 0.75, "fp8": 0.70, "fp4": 0.6, "fp32": 0.8, "tf32": 0.7},
+              {d: _BLACKWELL for d in ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")}),
+        wave=(0.5, _BLACKWELL), k_half=(256, _BLACKWELL), fwd=(0.60, _BLACKWELL), bwd=(0.45, _BLACKWELL),
+        seq_half=(256.0, _GENERIC),
+        mem=(0.88, _BLACKWELL), nvlink=(0.80, _BLACKWELL), nic=(0.93, _BLACKWELL)),
+    *_profile(
+        "cdna",
+        _gemm("cdna", {"bf16": 0.52, "fp16": 0.52, "fp8": 0.45, "fp32": 0.7, "tf32": 0.5}, {
+            "bf16": _MI300X_GEMM, "fp16": _MI300X_GEMM, "fp8": _CDNA, "fp32": _CDNA, "tf32": _CDNA}),
+        wave=(1.0, "assumed: the whole tail of the last wave (no stream-K assumed in hipBLASLt)"),
+        k_half=(48.0, _GENERIC), fwd=(0.40, _CDNA), bwd=(0.30, _CDNA), seq_half=(256.0, _GENERIC),
+        mem=(0.80, _CDNA), nvlink=(0.70, _CDNA + " (xGMI under RCCL)"),
+        nic=(0.90, "assumed: the low end of " + _NCCL_IB + " for RCCL")),
+]
+
+_TILE_SOURCE = ("assumed: the relative efficiencies are not measured; the tile shapes, and larger tiles running "
+                "more efficiently, from NVIDIA's Matrix Multiplication Background guide (DU-09799-001) Sec. 2.3")
+_TILE_PRICES = "GEMM time: efficiency of the {m}x{n} output tile; each GEMM takes its best tile"
+
+_COMPUTE: list[Constant] = [
+    Constant("gemm_tile_efficiency.256x128", 1.0, "fraction", _TILE_SOURCE, _TILE_PRICES.format(m=256, n=128)),
+    Constant("gemm_tile_efficiency.128x256", 1.0, "fraction", _TILE_SOURCE, _TILE_PRICES.format(m=128, n=256)),
+    Constant("gemm_tile_efficiency.128x128", 0.92, "fraction", _TILE_SOURCE, _TILE_PRICES.format(m=128, n=128)),
+    Constant("gemm_tile_efficiency.64x128", 0.78, "fraction", _TILE_SOURCE, _TILE_PRICES.format(m=64, n=128)),
+    Constant("gemm_tile_efficiency.64x64", 0.6, "fraction", _TILE_SOURCE, _TILE_PRICES.format(m=64, n=64)),
+    Constant("attention.query_tile_rows", 128, "rows",
+             "FlashAttention-2 forward at head dim 128 runs blocks of kBlockM = 128 query rows, one thread "
+             "block per (batch, head, query tile) (Dao-AILab/flash-attention flash_fwd_launch_template.h)",
+             "attention time: blocks = batch x heads x ceil(queries / 128); fewer blocks than SMs idle the rest"),
+    Constant("attention.reference_head_dim", 128, "elements",
+             "the head dim of the published efficiencies (Dao 2023 Fig. 4-6; Shah et al. 2024 Fig. 5-7)",
+             "attention time: head dims below it run slower, (d / 128)^exponent"),
+    Constant("attention.head_dim_exponent", 0.5, "exponent",
+             "Shah et al. 2024 (arXiv 2407.08608) Fig. 5, forward at 16K keys: head dim 64 runs at 0.73 of head "
+             "dim 128 with FA3 (473 vs 648 TFLOP/s) and 0.81 with FA2 (299 vs 370); (64/128)^0.5 = 0.71",
+             "attention time: efficiency x min(1, d / 128)^0.5 for head dim d"),
+    Constant("optimizer.kernels", 4, "kernels",
+             "assumed: the fused multi-tensor Adam (apex / torch foreach) launches a handful of kernels for the "
+             "whole step, not one per tensor",
+             "optimizer time: launch-bound floor (kernels x CPU dispatch) and inter-kernel gaps of the step"),
+]
+
+_SCHEDULE: list[Constant] = [
+    Constant("schedule.dp_bucket_elements", 40e6, "elements",
+             "Megatron-Core DistributedDataParallelConfig.bucket_size: default max(40M, 1M x dp) parameters "
+             "(megatron/core/distributed/distributed_data_parallel_config.py); the 1M x dp term is not modelled",
+             "exposed DP time: the last gradient bucket's reduction starts when the backward ends, never hidden"),
+    Constant("schedule.fsdp_exposed_floor", 0.05, "fraction",
+             "assumed: FSDP/ZeRO-3 prefetch never hides every gather (the first unit's gather and the last "
+             "reduce-scatter wait); no measurement at hand",
+             "exposed FSDP time: at least this share of the per-micro-batch FSDP traffic stays exposed"),
+]
+
+_MEMORY: list[Constant] = [
+    Constant("memory.adam_bytes_per_param_with_master", 12, "bytes/parameter",
+             "Rajbhandari et al. 2019 (ZeRO, arXiv 1910.02054) Sec. 3.1: mixed-precision Adam keeps fp32 "
+             "master weights, momentum and variance, K = 12 bytes per parameter",
+             "memory: optimizer states when the optimizer holds the fp32 master copy (Megatron, DeepSpeed)"),
+    Constant("memory.adam_bytes_per_param_without_master", 8, "bytes/parameter",
+             "Adam's fp32 momentum and variance (Rajbhandari et al. 2019 Sec. 3.1, without the master copy): "
+             "fp32 weights used through autocast (PyTorch AMP, FSDP2 with fp32 sharded parameters)",
+             "memory: optimizer states when the weights themselves are fp32"),
+    Constant("memory.fp8_weight_cache_bytes_per_param", 1, "bytes/parameter",
+             "Transformer Engine keeps an FP8 copy of each GEMM weight between the forward and the backward "
+             "(TE fp8 weight caching); one byte per parameter of the rank",
+             "memory: 'other' of FP8 plans"),
+]
+
+_WORKLOAD: list[Constant] = [
+    Constant("attention.backward_flops_factor", 2.5, "ratio",
+             "Dao 2023 (FlashAttention-2, arXiv 2307.08691): the backward runs 5 matmuls against the forward's "
+             "2, 2.5x its FLOPs",
+             "attention backward FLOPs"),
+]
+
+_NETWORK: list[Constant] = [
+    Constant("cluster.nodes_per_leaf", 32, "nodes",
+             "NVIDIA DGX SuperPOD reference architecture (DGX A100 / H100): a scalable unit of 32 nodes "
+             "under one rail of leaf switches",
+             "collective time: a group spread over more nodes pays the fat-tree's oversubscription "
+             "(default of ClusterSpec.nodes_per_leaf)"),
+    Constant("cluster.intra_node_latency_s", 2e-6, "s",
+             "NVIDIA/nccl src/graph/tuning.cc hwLat: a ring step on NVLink costs 1.9 us (LL128) to 3.4 us "
+             "(Simple); near the LL128 end (default of ClusterSpec.intra_node_latency_s)",
+             "collective latency per ring step or tree level inside a node"),
+    Constant("cluster.inter_node_latency_s", 5e-6, "s",
+             "NVIDIA/nccl src/graph/tuning.cc hwLat: a ring step on the network costs 4.0 us (LL128) to 14 us "
+             "(Simple); near the LL128 end (default of ClusterSpec.inter_node_latency_s)",
+             "collective latency per ring step or tree level across nodes, and pipeline p2p latency"),
+    Constant("gpu.pcie_bandwidth_bytes_per_s", 32e9, "bytes/s",
+             "PCIe 4.0 x16: 64 GB/s both ways, 32 GB/s each way (A100 datasheet); the default of a GPU preset "
+             "that gives none",
+             "collective time on a PCIe scale-up fabric (GPUSpec.pcie_bandwidth_bytes_per_s default)"),
+]
+
+CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_WORKLOAD, *_SCHEDULE, *_MEMORY, *_NETWORK)
+
+TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
+if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests
+    raise RuntimeError("duplicate constant names")
+
+ARCHITECTURES = ("ampere", "hopper", "blackwell", "cdna")
+
+
+def constant(name: str) -> Constant:
+    """The entry ``name`` of the table (KeyError if there is none)."""
+    return TABLE[name]
+
+
+def value(name: str) -> float:
+    """The value of constant ``name``."""
+    return TABLE[name].value
+
+
+def group(prefix: str) -> dict[str, float]:
+    """The constants named ``prefix.<key>`` (one level down), as {key: value} in table order."""
+    head = prefix + "."
+    return {c.name[len(head):]: c.value for c in CONSTANTS
+            if c.name.startswith(head) and "." not in c.name[len(head):]}
+
+
+# ---- markdown ------------------------------------------------------------------------------------
+_ARCH_LABELS = {"ampere": "Ampere (A100)", "hopper": "Hopper (H100, H800, H200)", "blackwell": "Blackwell (B200)",
+                "cdna": "CDNA (MI250X, MI300X)"}
+
+
+def _fmt(v: float) -> str:
+    return f"{v:g}"
+
+
+def architecture_table() -> str:
+    """The per-architecture summary of the hardware profiles (docs/model.md, section 2)."""
+    rows = ["| architecture | GEMM bf16 / fp8 | K½ | attention fwd / bwd, s½ | FlashAttention-2 fwd / bwd, s½ "
+            "| HBM | NVLink / NIC (NCCL bus bw) |",
+            "|---|---|---|---|---|---|---|"]
+    for arch in ARCHITECTURES:
+        p = f"profile.{arch}"
+        g = group(p + ".gemm_efficiency")
+        v = group(p)
+        label = _ARCH_LABELS[arch]
+        if all(c.assumed for c in CONSTANTS if c.name.startswith(p + ".")):
+            label += " (assumed, unmeasured)"
+        fa2 = (f"{_fmt(v['attention_fa2_fwd_efficiency'])} / {_fmt(v['attention_fa2_bwd_efficiency'])}, "
+               f"s½ {_fmt(v['attention_fa2_seq_half'])}" if "attention_fa2_fwd_efficiency" in v else "as flash")
+        rows.append(f"| {label} | {_fmt(g['bf16'])} / {_fmt(g['fp8'])} | {_fmt(v['k_half'])} "
+                    f"| {_fmt(v['attention_fwd_efficiency'])} / {_fmt(v['attention_bwd_efficiency'])}, "
+                    f"s½ {_fmt(v['attention_seq_half'])} | {fa2} | {_fmt(v['memory_efficiency'])} "
+                    f"| {_fmt(v['nvlink_efficiency'])} / {_fmt(v['nic_efficiency'])} |")
+    return "\n".join(rows)
+
+
+def markdown_table(constants: Sequence[Constant] = CONSTANTS) -> str:
+    """Every constant as a markdown table: name, value, unit, what it prices, source."""
+    rows = ["| constant | value | unit | prices | source |", "|---|---|---|---|---|"]
+    for c in constants:
+        rows.append(f"| `{c.name}` | {_fmt(c.value)} | {c.unit} | {c.prices} | {c.source} |")
+    return "\n".join(rows)
+
+
+BLOCKS = {"architectures": architecture_table, "all": markdown_table}
+_BLOCK = re.compile(r"(<!-- BEGIN generated constants:(\w+)[^>]*-->\n)(.*?)(<!-- END generated constants:\2 -->)",
+                    re.S)
+
+
+def render(doc: str) -> str:
+    """``doc`` with each generated block (between its BEGIN/END markers) replaced by the table's text."""
+    return _BLOCK.sub(lambda m: m.group(1) + BLOCKS[m.group(2)]() + "\n" + m.group(4), doc)
