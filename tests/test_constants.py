@@ -62,7 +62,7 @@ def test_code_reads_the_table():
     from clustertwin.specs.hardware import ClusterSpec, GPUSpec
     assert compute._TILES[2] == (128, 128, value("gemm_tile_efficiency.128x128"))
     assert compute.OPTIMIZER_KERNELS == value("optimizer.kernels")
-    assert step._BUCKET_ELEMENTS == value("schedule.dp_bucket_elements")
+    assert step.BUCKET_ELEMENTS == value("schedule.dp_bucket_elements")
     assert step._FSDP_EXPOSED_FLOOR == value("schedule.fsdp_exposed_floor")
     assert memory._ADAM_WITH_MASTER == value("memory.adam_bytes_per_param_with_master")
     assert ClusterSpec.model_fields["inter_node_latency_s"].default == value("cluster.inter_node_latency_s")
