@@ -11,6 +11,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+# a float of one plan, or a numpy array of one value per plan (what these helpers take and give)
+Num = Any
+
 
 def _is_array(*xs: Any) -> bool:
     return any(isinstance(x, np.ndarray) for x in xs)

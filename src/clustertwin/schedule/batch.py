@@ -32,7 +32,8 @@ from ..cost.network import GroupPlacement, NetworkPricer, place_group
 from ..cost.profile import HardwareProfile, profile_for
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.plan import Plan
-from ..workload.graph import (dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
+from ..arith import Num
+from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
                               recompute_ops, recompute_mode, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
@@ -210,7 +211,7 @@ class PricedRows:
     memory_bytes: np.ndarray
     valid: np.ndarray                     # rows that belong to the batch's plans under these overlaps
     ref: tuple                            # decodes a row into a Candidate (``BatchPricer.candidate``)
-    breakdown_s: dict[str, np.ndarray]
+    breakdown_s: dict[str, Num]
     critical_class: Any                   # index into ``stages`` (array)
     stage_classes: list[StageTime]        # the distinct stages (array fields)
     stage_class: list[int]                # the class of each stage
@@ -276,12 +277,13 @@ class BatchPricer:
         self._priced: dict[tuple, np.ndarray] = {}
         self._block_rows: list[np.ndarray] = []
         self._acts: dict[tuple, float] = {}
-        self._params: dict[tuple, float] = {}
+        self._params: dict[tuple, StageParams] = {}
         self._layouts: dict[tuple, tuple[list[_StageClass], list[int]]] = {}
 
     # ---- shape classes -----------------------------------------------------------------------
     def _plan_ns(self, tp: int, cp: int = 1, ep: int = 1, mb: int = 1, sp: bool = False, pp: int = 1, dp: int = 1,
-                 overlap_tp: bool = False) -> SimpleNamespace:
+                 overlap_tp: bool = False) -> Any:
+        """The plan fields the graph's builders read (``layer_context``, ``stage_params``), for a shape class."""
         f = self.plans.fixed
         return SimpleNamespace(tp=tp, cp=cp, ep=ep, etp=self.etp, micro_batch=mb, sp=sp, pp=pp, dp=dp,
                                precision=self.plans.precision, attention_kernel=self.kernel,
@@ -381,7 +383,7 @@ class BatchPricer:
         self._layouts[key] = (classes, stage_class)
         return classes, stage_class
 
-    def _stage_params(self, tp: int, ep: int, pp: int, k: _StageClass):
+    def _stage_params(self, tp: int, ep: int, pp: int, k: _StageClass) -> StageParams:
         key = (tp, ep, pp, k.layer_ids, k.is_first, k.is_last)
         v = self._params.get(key)
         if v is None:
@@ -481,15 +483,15 @@ class _Layout:
         feasible = pruned = 0
         for r, rc in enumerate(plans.recompute_domain):
             act_d = np.array([pr._activation(c, False, rc) for c in self.ctx_rows])
-            act_m = np.array([pr._activation(c, True, rc) for c in self.ctx_rows]) if model.is_moe else None
+            act_m: Any = np.array([pr._activation(c, True, rc) for c in self.ctx_rows]) if model.is_moe else None
             trans_d = np.array([pr._activation(c, False, "none") for c in self.ctx_rows]) - act_d
-            trans_m = (np.array([pr._activation(c, True, "none") for c in self.ctx_rows]) - act_m) if model.is_moe \
-                else None
+            trans_m: Any = (np.array([pr._activation(c, True, "none") for c in self.ctx_rows]) - act_m) \
+                if model.is_moe else None
             for z in (0, 1, 2, 3):
                 in_domain = plans.zero_allows(z, self.dp_cp)[sr]
                 if not in_domain.any():
                     continue
-                worst = None
+                worst: Any = None
                 per_class = []
                 for k, cls in enumerate(self.classes):
                     moe = cls.n_moe > 0

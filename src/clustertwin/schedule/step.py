@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..arith import logical_and, maximum, minimum, pick, where
+from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer
 from ..cost.framework import FrameworkProfile
@@ -38,22 +38,24 @@ _FSDP_EXPOSED_FLOOR = value("schedule.fsdp_exposed_floor")
 
 @dataclass
 class StageTime:
+    """Seconds of one stage per micro-batch (and once per step), for one plan (floats) or many (arrays)."""
+
     stage: int
-    fwd_s: float = 0.0
-    bwd_s: float = 0.0
-    recompute_s: float = 0.0
-    tp_s: float = 0.0
-    cp_s: float = 0.0
-    ep_s: float = 0.0
-    moe_imbalance_s: float = 0.0    # what the busiest EP rank adds to expert GEMMs and all-to-alls
-    pp_s: float = 0.0
-    fsdp_s: float = 0.0
-    dp_sync_s: float = 0.0          # gradient reduction (total, before overlap)
-    param_gather_s: float = 0.0     # ZeRO-1/2 parameter all-gather (total, before overlap)
-    optimizer_s: float = 0.0
+    fwd_s: Num = 0.0
+    bwd_s: Num = 0.0
+    recompute_s: Num = 0.0
+    tp_s: Num = 0.0
+    cp_s: Num = 0.0
+    ep_s: Num = 0.0
+    moe_imbalance_s: Num = 0.0    # what the busiest EP rank adds to expert GEMMs and all-to-alls
+    pp_s: Num = 0.0
+    fsdp_s: Num = 0.0
+    dp_sync_s: Num = 0.0          # gradient reduction (total, before overlap)
+    param_gather_s: Num = 0.0     # ZeRO-1/2 parameter all-gather (total, before overlap)
+    optimizer_s: Num = 0.0
     # compute time already spent hiding the CP ring exchange: not available to hide DP/FSDP traffic
-    cp_hidden_fwd_s: float = 0.0
-    cp_hidden_bwd_s: float = 0.0    # backward and recomputation
+    cp_hidden_fwd_s: Num = 0.0
+    cp_hidden_bwd_s: Num = 0.0    # backward and recomputation
 
     @property
     def per_microbatch_s(self) -> float:
@@ -209,13 +211,13 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     many plans sharing a layout (search), with the same arithmetic."""
     per_mb = [c.per_microbatch_s for c in classes]
     # the slowest stage sets the pace; the first of equals (max() would pick the same)
-    crit = 0
+    crit: Num = 0
     best = per_mb[0]
     for k in range(1, len(classes)):
         better = per_mb[k] > best
         best = where(better, per_mb[k], best)
         crit = where(better, k, crit)
-    total = 0
+    total: Num = 0.0
     for i in range(p):
         total = total + per_mb[stage_class[i]]
     mean = total / p
