@@ -96,9 +96,9 @@ class ComputePricer:
             eff = measured
         else:
             bwd = op.phase.value == "bwd"
-            fa2 = op.name.startswith("attn.flash2") and p.attention_fa2_fwd_efficiency is not None
-            if fa2:
-                eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
+            fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
+            if op.name.startswith("attn.flash2") and fa2_eff is not None:
+                eff = fa2_eff
                 seq_half = p.attention_fa2_seq_half or p.attention_seq_half
             else:
                 eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency

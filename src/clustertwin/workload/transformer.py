@@ -158,10 +158,10 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
         io = c.tokens * (a * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim) + a * c.v_head_dim) * 2
         shape = (b, a, s_q, s_kv, c.qk_head_dim, c.v_head_dim)
         name = "attn." + c.attention_kernel
-        fwd = Op(name, OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
-        bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=_ATTN_BWD_FLOPS * flops, bytes=float(2 * io),
-                 shape=shape, layer=layer)
-        return [fwd], [bwd], [fwd]
+        kernel = Op(name, OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
+        kernel_bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=_ATTN_BWD_FLOPS * flops, bytes=float(2 * io),
+                        shape=shape, layer=layer)
+        return [kernel], [kernel_bwd], [kernel]
     scores = b * a * s_q * s_kv
     fwd = [gemm("attn.qk", s_q, s_kv, c.qk_head_dim, "bf16", 2, b * a, FWD, layer),
            elementwise("attn.softmax", scores * 4, FWD, layer, flops=5.0 * scores)]
