@@ -8,8 +8,8 @@ Llama 3 8B on 64 H100s, plan "tp=2,pp=1,dp=32,zero=1,recompute=none", micro-batc
 256, sequence length 8192 (the README's main example).
 
 >>> job = job_from_options(JobOptions())
->>> job.model.name, job.cluster.num_gpus, job.plan.short(), job.plan.global_batch, job.seq_len
-('llama3-8b', 64, 'tp=2,pp=1,vpp=1,dp=32,cp=1,ep=1,sp=0,zero=1,mb=1,rc=none', 256, 8192)
+>>> job.model.name, job.cluster.num_gpus, (job.plan.tp, job.plan.dp), job.plan.micro_batch, job.plan.global_batch, job.seq_len
+('llama3-8b', 64, (2, 32), 1, 256, 8192)
 >>> s = search_inputs(JobOptions(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=16, plan="tp=2", micro_batch=1))
 >>> s.model.name, s.cluster.num_gpus, s.global_batch, s.seq_len, s.precision, s.fixed
 ('gpt3-1.3b', 16, 256, 2048, 'bf16', {'tp': 2, 'micro_batch': 1})

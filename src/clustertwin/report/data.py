@@ -71,7 +71,7 @@ def build_report(model: Any = None, *, gpu: str | None = None, num_gpus: int | N
     options = JobOptions(model=model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                          plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
                          precision=precision, framework=framework)
-    search_args = dict(top=top, objective=objective, max_memory_fraction=max_memory_fraction,
+    search_args: dict[str, Any] = dict(top=top, objective=objective, max_memory_fraction=max_memory_fraction,
                        pareto_points=pareto_points, gpu_hour_price=gpu_hour_price)
 
     # ---- the chosen plan: given (the default job's, when no job option is), or the search's best
