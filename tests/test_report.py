@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from clustertwin.cli import main
-from clustertwin.report.html import VIEWS, embedded_data
+from clustertwin.report.data import VIEWS
+from clustertwin.report.views import embedded_data
 
 pytest.importorskip("plotly")
 
@@ -255,5 +256,5 @@ def test_page_renders_in_headless_chromium(report, tmp_path):
 def test_doctests() -> None:
     import doctest
 
-    import clustertwin.report.html as mod
+    import clustertwin.report.data as mod
     assert doctest.testmod(mod).failed == 0

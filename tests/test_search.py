@@ -265,7 +265,7 @@ def test_cli_table(capsys) -> None:
     (["--max-memory-fraction", "1.5"], "max_memory_fraction"),
     (["--top", "0"], "top"),
     (["--pareto-points", "0"], "pareto_points"),
-    (["--global-batch", "0"], "global_batch"),
+    (["--global-batch", "0"], "plan.global_batch"),    # as predict says it
     (["--seq-len", "-5"], "seq_len"),
     (["--gpu", "h900"], "gpu"),
 ])

@@ -52,9 +52,8 @@ def _main(ctx: typer.Context,
 
 
 # ---- shared options ---------------------------------------------------------------------------
-# ---- shared options ---------------------------------------------------------------------------
-from .cli_options import (ClusterOpt, FrameworkOpt, GlobalBatchOpt, GpnOpt, GpuOpt, MicroBatchOpt,  # noqa: E402
-                          ModelOpt, NumGpusOpt, PlanOpt, PrecisionOpt, SeqLenOpt)
+from .cli_options import ClusterOpt, GpnOpt, GpuOpt, ModelOpt, NumGpusOpt, job_options  # noqa: E402
+from .jobs import JobOptions  # noqa: E402
 
 
 @app.command()
@@ -63,7 +62,7 @@ def describe(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_g
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """Describe a model and a cluster: parameters, FLOPs, peaks, memory and links."""
     from .catalog import load_model
-    from .predict import DEFAULT_MODEL, resolve_cluster
+    from .jobs import DEFAULT_MODEL, resolve_cluster
     from .report.console import cluster_table, model_table
     m = load_model(model or DEFAULT_MODEL)
     c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
@@ -79,57 +78,24 @@ def describe(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_g
 def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clusters"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List the catalog's presets."""
-    from rich.table import Table
-
     from .catalog import list_presets
+    from .report.console import catalog_table
     rows = list_presets(kind.value)
     if as_json:
         _emit_json(rows)
         return
-    t = Table(title=f"{kind.value} ({len(rows)})", title_justify="left")
-    if kind == Kind.models:
-        cols = [("name", lambda r: r["name"]), ("params", lambda r: f"{r['params'] / 1e9:,.2f} B"),
-                ("active", lambda r: f"{r['active_params'] / 1e9:,.2f} B" if r["moe_experts"] else ""),
-                ("layers", lambda r: str(r["layers"])), ("hidden", lambda r: str(r["hidden"])),
-                ("heads/kv", lambda r: f"{r['heads']}/{r['kv_heads']}"), ("seq", lambda r: str(r["seq_len"]))]
-    elif kind == Kind.gpus:
-        cols = [("name", lambda r: r["name"]), ("bf16 TFLOP/s", lambda r: f"{r['bf16_flops'] / 1e12:,.0f}"),
-                ("fp8 TFLOP/s", lambda r: f"{r['fp8_flops'] / 1e12:,.0f}" if r["fp8_flops"] else "-"),
-                ("HBM", lambda r: f"{r['hbm_bytes'] / 2**30:,.0f} GiB"),
-                ("HBM TB/s", lambda r: f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}"),
-                ("link GB/s", lambda r: f"{r['scaleup_bandwidth_bytes_per_s'] / 1e9:,.0f}"),
-                ("TDP", lambda r: f"{r['tdp_w']:,.0f} W"), ("node", lambda r: r["default_node"])]
-    elif kind == Kind.nodes:
-        cols = [("name", lambda r: r["name"]), ("gpu", lambda r: r["gpu"]), ("GPUs", lambda r: str(r["gpus_per_node"])),
-                ("fabric", lambda r: r["scaleup_fabric"]),
-                ("NICs", lambda r: f"{r['nics_per_node']} x {r['nic_bandwidth_bytes_per_s'] * 8 / 1e9:,.0f} Gb/s")]
-    else:
-        cols = [("name", lambda r: r["name"]), ("gpu", lambda r: r["gpu"]), ("GPUs", lambda r: f"{r['num_gpus']:,}"),
-                ("nodes", lambda r: f"{r['num_nodes']:,}"), ("topology", lambda r: r["topology"]),
-                ("taper", lambda r: f"{r['oversubscription']:g}")]
-    for name, _ in cols:
-        t.add_column(name)
-    t.add_column("source", overflow="fold", max_width=50)
-    for r in rows:
-        t.add_row(*[f(r) for _, f in cols], r.get("source", ""))
-    console.print(t)
+    console.print(catalog_table(kind.value, rows))
 
 
 @app.command()
-def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
-            gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt,
-            plan: Optional[str] = PlanOpt, micro_batch: Optional[int] = MicroBatchOpt,
-            global_batch: Optional[int] = GlobalBatchOpt, seq_len: Optional[int] = SeqLenOpt,
-            precision: Optional[str] = PrecisionOpt, framework: str = FrameworkOpt,
-            profile: Optional[Path] = typer.Option(None, "--profile",
-                                                   help="measured hardware profile (clustertwin calibrate)"),
+@job_options(profile=True)
+def predict(job: JobOptions, profile: Optional[Path],
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
     """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
-    from .predict import predict_cli_job
+    from .jobs import job_from_options
+    from .predict import predict_job
     from .report.console import prediction_tables, print_all
-    pred = predict_cli_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                           plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                           precision=precision, framework=framework, profile=profile)
+    pred = predict_job(job_from_options(job), profile)
     if as_json:
         _emit_json(pred.to_json())
         return
@@ -140,16 +106,13 @@ def predict(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gp
 def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the validation schema"),
              as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
     """Predict every measured run in FILE and report the error per row and the MAPE."""
-    from .report.console import validation_table
+    from .report.console import print_all, validation_tables
     from .validate import read_runs, validate_rows
     rep = validate_rows(read_runs(file))
     if as_json:
         _emit_json(rep.to_json())
         return
-    console.print(validation_table(rep))
-    by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
-    console.print(f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}")
-    console.print(f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%")
+    print_all(console, validation_tables(rep))
 
 
 # ---- commands of the subpackages: each module defines register(app) ----------------------------

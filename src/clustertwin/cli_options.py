@@ -1,18 +1,75 @@
-"""The options every job-describing command shares (predict, goodput, trace, sim, report, search):
-one definition, so that a flag means the same everywhere."""
+"""The options every job-describing command shares (predict, search, goodput, trace, sim, report):
+one definition, so that a flag means the same everywhere.
+
+``@job_options()`` puts them on a command: typer sees the shared flags followed by the command's
+own, and the command receives them as one ``job: JobOptions`` (clustertwin.jobs), which
+``job_from_options`` or ``search_inputs`` turns into the job; with ``profile=True`` it also
+receives ``profile``, the ``--profile`` file (or None).
+"""
 from __future__ import annotations
 
+import functools
+import inspect
+from pathlib import Path
+from typing import Any, Callable, Optional
+
 import typer
+
+from .jobs import DEFAULT_FRAMEWORK, JobOptions
+
+PLAN_HELP = 'e.g. "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective"'
 
 ModelOpt = typer.Option(None, "--model", "-m", help="catalog name or a YAML/JSON/HF config.json file [default: llama3-8b]")
 GpuOpt = typer.Option(None, "--gpu", help="GPU preset, e.g. h100, a100-80gb [default: h100-sxm]")
 NumGpusOpt = typer.Option(None, "--num-gpus", "-n", help="GPUs in the job [default: 64, or the cluster's size]")
 GpnOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the GPU's standard server)")
 ClusterOpt = typer.Option(None, "--cluster", help="cluster preset or YAML/JSON file (instead of --gpu)")
-PlanOpt = typer.Option(None, "--plan", "-p", help='e.g. "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective"')
+PlanOpt = typer.Option(None, "--plan", "-p", help=PLAN_HELP)
 MicroBatchOpt = typer.Option(None, "--micro-batch", help="sequences per micro-batch")
-GlobalBatchOpt = typer.Option(None, "--global-batch", help="sequences per iteration")
-SeqLenOpt = typer.Option(None, "--seq-len", help="tokens per sequence")
-PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32")
-FrameworkOpt = typer.Option("megatron", "--framework",
+GlobalBatchOpt = typer.Option(None, "--global-batch", help="sequences per iteration [default: 256 for the default job and in search; else from the plan]")
+SeqLenOpt = typer.Option(None, "--seq-len", help="tokens per sequence [default: the model's, at most 8192]")
+PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32 [default: bf16]")
+FrameworkOpt = typer.Option(DEFAULT_FRAMEWORK, "--framework",
                             help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile")
+ProfileOpt = typer.Option(None, "--profile", help="measured hardware profile (clustertwin calibrate)")
+
+# name, type, option: the order of --help
+_JOB_PARAMS: tuple[tuple[str, Any, Any], ...] = (
+    ("model", Optional[str], ModelOpt), ("gpu", Optional[str], GpuOpt), ("num_gpus", Optional[int], NumGpusOpt),
+    ("gpus_per_node", Optional[int], GpnOpt), ("cluster", Optional[str], ClusterOpt), ("plan", Optional[str], PlanOpt),
+    ("micro_batch", Optional[int], MicroBatchOpt), ("global_batch", Optional[int], GlobalBatchOpt),
+    ("seq_len", Optional[int], SeqLenOpt), ("precision", Optional[str], PrecisionOpt),
+    ("framework", str, FrameworkOpt),
+)
+
+
+def job_options(*, profile: bool = False, plan_help: str | None = None) -> Callable[[Callable], Callable]:
+    """Decorate a command taking ``job: JobOptions`` (and ``profile`` if ``profile``) with the shared
+    flags. ``plan_help`` rewords --plan's help where the command reads it its own way (search: the
+    fields held fixed; report: the plan to report); the flag and its syntax stay the same."""
+    def decorate(fn: Callable) -> Callable:
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name not in ("job", "profile")]
+        shared = []
+        for name, kind, opt in _JOB_PARAMS:
+            if name == "plan" and plan_help is not None:
+                opt = typer.Option(None, "--plan", "-p", help=plan_help)
+            shared.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind))
+        if profile:
+            shared.append(inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default=ProfileOpt,
+                                            annotation=Optional[Path]))
+        names = [p.name for p in shared]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            values = {n: kwargs.pop(n) for n in names}
+            prof = values.pop("profile", None)
+            kwargs["job"] = JobOptions(**values)
+            if profile:
+                kwargs["profile"] = prof
+            return fn(**kwargs)
+
+        params = shared + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
+        command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+    return decorate

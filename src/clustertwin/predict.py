@@ -14,22 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .catalog import cluster_for_gpu, load_cluster, load_model
 from .cost.profile import HardwareProfile
-from .errors import SpecError
+from .jobs import (DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_MICRO_BATCH, DEFAULT_MODEL,  # noqa: F401 (re-exported)
+                   DEFAULT_NUM_GPUS, DEFAULT_PLAN, DEFAULT_SEQ_LEN, make_training_job, resolve_cluster)
 from .schedule.batch import price_plan
 from .schedule.memory import MemoryEstimate
 from .schedule.step import StepEstimate
-from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob, make_job, parse_plan
+from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob
 from .workload.graph import WorkloadGraph, build_graph
-
-DEFAULT_MODEL = "llama3-8b"
-DEFAULT_GPU = "h100-sxm"
-DEFAULT_NUM_GPUS = 64
-DEFAULT_PLAN = "tp=2,pp=1,dp=32,zero=1,recompute=none"
-DEFAULT_SEQ_LEN = 8192
-DEFAULT_MICRO_BATCH = 1
-DEFAULT_GLOBAL_BATCH = 256
 
 
 @dataclass
@@ -133,56 +125,12 @@ from .workload.ops import Phase as _Phase  # noqa: E402
 _RECOMPUTE = _Phase.RECOMPUTE
 
 
-def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None, cluster: str | ClusterSpec | None = None,
-                    gpus_per_node: int | None = None) -> ClusterSpec:
-    """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count."""
-    if cluster is not None:
-        c = load_cluster(cluster)
-        if gpus_per_node and gpus_per_node != c.gpus_per_node:
-            raise SpecError("gpus_per_node", f"{gpus_per_node} conflicts with cluster {c.name} ({c.gpus_per_node} per node)",
-                            "drop --gpus-per-node or describe another cluster")
-        return c.with_gpus(num_gpus) if num_gpus is not None else c
-    return cluster_for_gpu(gpu or DEFAULT_GPU, DEFAULT_NUM_GPUS if num_gpus is None else num_gpus, gpus_per_node)
-
-
-def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str | None = None,
-                      num_gpus: int | None = None, cluster: str | ClusterSpec | None = None,
-                      gpus_per_node: int | None = None, plan: str | Plan | None = None,
-                      micro_batch: int | None = None, global_batch: int | None = None,
-                      seq_len: int | None = None, precision: str | None = None,
-                      framework: str = "megatron", tokens: float | None = None) -> TrainingJob:
-    m = load_model(model)
-    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
-    overrides = {"micro_batch": micro_batch, "global_batch": global_batch, "precision": precision}
-    if isinstance(plan, Plan):
-        p = plan.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    else:
-        p = parse_plan(plan if plan is not None else "", **overrides)
-    from .cost.framework import get_framework
-    fw = get_framework(framework).name
-    return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
-
-
 def resolve_profile(profile: HardwareProfile | str | Path | None, job: TrainingJob) -> HardwareProfile | None:
     """A HardwareProfile as given, or one read from a measured profile file (``clustertwin calibrate``)."""
     if profile is None or isinstance(profile, HardwareProfile):
         return profile
     from .calibrate.profile import load_profile
     return load_profile(profile).to_hardware_profile(job.cluster.gpu)
-
-
-def predict_cli_job(model, *, gpu, num_gpus, cluster, gpus_per_node, plan, micro_batch, global_batch, seq_len,
-                    precision, framework, profile=None) -> Prediction:
-    """The prediction of a command line: with no model, GPU, cluster or plan given it is the built-in
-    default job (Llama 3 8B on 64 H100s, the README's main job); otherwise what was given."""
-    if model is None and plan is None and cluster is None and gpu is None and num_gpus is None:
-        plan = DEFAULT_PLAN
-        micro_batch = DEFAULT_MICRO_BATCH if micro_batch is None else micro_batch
-        global_batch = DEFAULT_GLOBAL_BATCH if global_batch is None else global_batch
-        seq_len = DEFAULT_SEQ_LEN if seq_len is None else seq_len
-    return predict(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                   plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                   precision=precision, framework=framework, profile=profile)
 
 
 def predict_job(job: TrainingJob, profile: HardwareProfile | str | Path | None = None) -> Prediction:

@@ -1,5 +1,6 @@
 """Commands ``clustertwin trace`` (Chakra / Perfetto / JSON graph) and ``clustertwin sim`` (the
-discrete-event replay), registered on the main app. Options are predict's, with the same names."""
+discrete-event replay), registered on the main app. The job options are every command's
+(cli_options.job_options): the same names, defaults and checks as predict."""
 from __future__ import annotations
 
 import json
@@ -10,9 +11,11 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
+from ..cli_options import job_options
 from ..errors import PlanError
+from ..jobs import JobOptions
+from ..units import format_duration
 
 console = Console()
 
@@ -23,10 +26,6 @@ class TraceFormat(str, Enum):
     json = "json"
 
 
-from ..cli_options import (ClusterOpt, FrameworkOpt, GlobalBatchOpt, GpnOpt, GpuOpt,  # noqa: E402
-                           MicroBatchOpt, ModelOpt, NumGpusOpt, PlanOpt, PrecisionOpt, SeqLenOpt)
-
-
 class Detail(str, Enum):
     op = "op"
     layer = "layer"
@@ -34,20 +33,6 @@ class Detail(str, Enum):
 
 RanksOpt = typer.Option(None, "--ranks", help='global ranks shown in the timeline, e.g. "0,8,16" [default: one per stage]')
 DetailOpt = typer.Option(Detail.op, "--detail", help="timeline events per op, or one per layer (smaller files)")
-
-
-def _job(model, gpu, num_gpus, gpus_per_node, cluster, plan, micro_batch, global_batch, seq_len, precision, framework):
-    """The TrainingJob predict would price for the same options (and the same defaults)."""
-    from ..predict import (DEFAULT_GLOBAL_BATCH, DEFAULT_MICRO_BATCH, DEFAULT_MODEL, DEFAULT_PLAN, DEFAULT_SEQ_LEN,
-                           make_training_job)
-    if model is None and plan is None and cluster is None and gpu is None and num_gpus is None:
-        plan = DEFAULT_PLAN
-        micro_batch = micro_batch or DEFAULT_MICRO_BATCH
-        global_batch = global_batch or DEFAULT_GLOBAL_BATCH
-        seq_len = seq_len or DEFAULT_SEQ_LEN
-    return make_training_job(model or DEFAULT_MODEL, gpu=gpu, num_gpus=num_gpus, cluster=cluster,
-                             gpus_per_node=gpus_per_node, plan=plan, micro_batch=micro_batch,
-                             global_batch=global_batch, seq_len=seq_len, precision=precision, framework=framework)
 
 
 def _parse_ranks(text: str | None) -> list[int] | None:
@@ -71,15 +56,8 @@ def _emit(data) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
 
 
-def _fmt_s(t: float) -> str:
-    from ..units import format_duration
-    return format_duration(t)
-
-
-def trace(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
-          gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt, plan: Optional[str] = PlanOpt,
-          micro_batch: Optional[int] = MicroBatchOpt, global_batch: Optional[int] = GlobalBatchOpt,
-          seq_len: Optional[int] = SeqLenOpt, precision: Optional[str] = PrecisionOpt, framework: str = FrameworkOpt,
+@job_options(profile=True)
+def trace(job: JobOptions, profile: Optional[Path],
           fmt: Optional[TraceFormat] = typer.Option(None, "--format", "-f",
                                                     help="chakra (per-rank ET files) | perfetto | json"),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="chakra: a directory; perfetto and json: a file"),
@@ -88,17 +66,23 @@ def trace(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus
           as_json: bool = typer.Option(False, "--json", help="print what was written as JSON")) -> None:
     """Export one iteration: Chakra execution traces per rank, a Perfetto timeline, or the graph as JSON."""
     from ..errors import DataError
+    from ..jobs import job_from_options
+    from ..predict import resolve_profile
     from ..workload.graph import build_graph
     if fmt is None:
         raise DataError("format", "missing", "give --format chakra, perfetto or json")
     if out is None:
         raise DataError("out", "missing", "give --out DIR for chakra, --out FILE.json for perfetto and json")
-    job = _job(model, gpu, num_gpus, gpus_per_node, cluster, plan, micro_batch, global_batch, seq_len, precision,
-               framework)
-    graph = build_graph(job)
+    tj = job_from_options(job)
+    prof = resolve_profile(profile, tj)
+    graph = build_graph(tj)
     if fmt == TraceFormat.chakra:
         from .chakra import write_chakra
-        res = write_chakra(graph, out, name)
+        pricer = None
+        if prof is not None:
+            from ..schedule.step import Pricer
+            pricer = Pricer(graph, prof)
+        res = write_chakra(graph, out, name, pricer=pricer)
         if as_json:
             _emit(res.to_json())
             return
@@ -110,25 +94,24 @@ def trace(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus
     if fmt == TraceFormat.perfetto:
         from ..sim.replay import simulate
         from .perfetto import write_perfetto
-        result = simulate(graph)
+        result = simulate(graph, profile=prof)
         n = write_perfetto(result, out, _parse_ranks(ranks), detail.value)
         if as_json:
             _emit({"schema": 1, "file": str(out), "events": n, "step_time_s": result.step_time_s})
             return
-        console.print(f"wrote {n:,} events to {out} (step {_fmt_s(result.step_time_s)}); open it in https://ui.perfetto.dev")
+        console.print(f"wrote {n:,} events to {out} (step {format_duration(result.step_time_s)}); "
+                      "open it in https://ui.perfetto.dev")
         return
     from .graph_json import write_graph_json
-    doc = write_graph_json(graph, out)
+    doc = write_graph_json(graph, out, prof)
     if as_json:
         _emit({"schema": 1, "file": str(out), "ops": len(doc["ops"]), "stages": len(doc["stages"])})
         return
     console.print(f"wrote the workload graph ({len(doc['ops']):,} distinct ops, {len(doc['stages'])} stages) to {out}")
 
 
-def sim(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
-        gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt, plan: Optional[str] = PlanOpt,
-        micro_batch: Optional[int] = MicroBatchOpt, global_batch: Optional[int] = GlobalBatchOpt,
-        seq_len: Optional[int] = SeqLenOpt, precision: Optional[str] = PrecisionOpt, framework: str = FrameworkOpt,
+@job_options(profile=True)
+def sim(job: JobOptions, profile: Optional[Path],
         slow_rank: Optional[int] = typer.Option(None, "--slow-rank", help="a GPU whose compute runs slower"),
         slowdown: float = typer.Option(1.1, "--slowdown", help="how much slower the --slow-rank GPU computes (1.1 = 10%)"),
         timeline: Optional[Path] = typer.Option(None, "--timeline", help="also write the Perfetto timeline to this file"),
@@ -136,12 +119,14 @@ def sim(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: 
         as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
     """Replay one iteration as discrete events (per-rank streams, dependencies, collectives that wait for their
     group, shared links): step time and per-rank timeline; --slow-rank shows a straggler's effect."""
-    from ..predict import predict_job
+    from ..jobs import job_from_options
+    from ..predict import predict_job, resolve_profile
+    from ..report.console import print_all, sim_tables
     from ..sim.replay import simulate
-    job = _job(model, gpu, num_gpus, gpus_per_node, cluster, plan, micro_batch, global_batch, seq_len, precision,
-               framework)
-    result = simulate(job, slow_rank=slow_rank, slowdown=slowdown)
-    predicted = predict_job(job).step_time_s
+    tj = job_from_options(job)
+    prof = resolve_profile(profile, tj)
+    result = simulate(tj, slow_rank=slow_rank, slowdown=slowdown, profile=prof)
+    predicted = predict_job(tj, prof).step_time_s
     events = None
     if timeline is not None:
         from .perfetto import write_perfetto
@@ -153,30 +138,7 @@ def sim(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: 
             data["timeline"] = {"file": str(timeline), "events": events}
         _emit(data)
         return
-    g = result.graph
-    console.print(f"{job.model.name} on {job.cluster.num_gpus:,} x {job.cluster.gpu.name} · {g.plan.short()} · "
-                  f"{g.num_microbatches} micro-batches · {job.framework}")
-    t = Table(show_header=False, title="replay of one iteration", title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
-    base = result.baseline_step_time_s if result.baseline_step_time_s is not None else result.step_time_s
-    t.add_row("step time (sim)", _fmt_s(base) + (" without the slow GPU" if result.slow_rank is not None else ""))
-    t.add_row("step time (predict)", f"{_fmt_s(predicted)} (sim {100 * (base / predicted - 1):+.1f}%)")
-    if result.slow_rank is not None:
-        t.add_row("with the slow GPU", f"{_fmt_s(result.step_time_s)} ({100 * (result.step_time_s / base - 1):+.1f}%): "
-                                       f"rank {result.slow_rank} computes {result.slowdown:g}x slower")
-    t.add_row("simulated", f"{len(result.ranks)} ranks standing for {job.cluster.num_gpus:,} GPUs "
-                           f"({result.tasks_simulated:,} tasks); TP/CP peers and DP replicas are symmetric")
-    console.print(t)
-    r = Table(title="per simulated rank", title_justify="left")
-    for col in ("rank", "stage", "replica", "stands for", "busy", "idle", "after last bwd", "ends"):
-        r.add_column(col, justify="right" if col not in ("replica",) else "left")
-    for x in result.ranks:
-        s = x.summary()
-        r.add_row(str(x.rank), str(x.stage), x.replica + (" (slow GPU)" if x.rank == result.slow_rank else ""),
-                  f"{x.represents:,}", _fmt_s(s["compute_busy_s"] + s["optimizer_s"]), _fmt_s(s["idle_s"]),
-                  _fmt_s(s["end_s"] - s["last_backward_end_s"]), _fmt_s(s["end_s"]))
-    console.print(r)
+    print_all(console, sim_tables(result, predicted))
     if timeline is not None:
         console.print(f"timeline: {events:,} events in {timeline} (open in https://ui.perfetto.dev)")
 

@@ -1,14 +1,15 @@
-"""`clustertwin goodput`: the predict flags plus tokens, failures, checkpoints and stragglers."""
+"""`clustertwin goodput`: the shared job flags (cli_options) plus tokens, failures, checkpoints and stragglers."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from .. import cli_options as opts
-
 from ..errors import SpecError
+from ..jobs import JobOptions
 
 
 def _parse_rates(items: list[str] | None) -> dict[str, float] | None:
@@ -70,12 +71,8 @@ def register(app: typer.Typer) -> None:
     from .. import cli as base
 
     @app.command()
-    def goodput(model: Optional[str] = opts.ModelOpt, gpu: Optional[str] = opts.GpuOpt,
-                num_gpus: Optional[int] = opts.NumGpusOpt, gpus_per_node: Optional[int] = opts.GpnOpt,
-                cluster: Optional[str] = opts.ClusterOpt,
-                plan: Optional[str] = opts.PlanOpt, micro_batch: Optional[int] = opts.MicroBatchOpt,
-                global_batch: Optional[int] = opts.GlobalBatchOpt, seq_len: Optional[int] = opts.SeqLenOpt,
-                precision: Optional[str] = opts.PrecisionOpt, framework: str = opts.FrameworkOpt,
+    @opts.job_options(profile=True)
+    def goodput(job: JobOptions, profile: Optional[Path],
                 tokens: str = typer.Option(..., "--tokens", help='tokens to train, e.g. 15T or 1.5e12'),
                 checkpoint_interval: str = CheckpointIntervalOpt, mtbf: Optional[str] = MtbfOpt,
                 failure_model: str = FailureModelOpt, failure_rate: Optional[List[str]] = FailureRateOpt,
@@ -91,7 +88,9 @@ def register(app: typer.Typer) -> None:
                 seed: int = typer.Option(0, "--seed", help="random seed of the Monte Carlo runs"),
                 as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
         """Expected time-to-train and goodput of a plan under failures, checkpoints, restarts and stragglers."""
-        from ..predict import predict_cli_job
+        from ..jobs import job_from_options
+        from ..predict import predict_job
+        from ..report.console import goodput_tables, print_all
         from .goodput import MAX_MONTE_CARLO_RUNS, estimate_goodput
         if monte_carlo < 0 or monte_carlo > MAX_MONTE_CARLO_RUNS:
             raise SpecError("monte_carlo", f"{monte_carlo} runs is out of range", f"give 1 to {MAX_MONTE_CARLO_RUNS:,} (0 = off)")
@@ -106,9 +105,7 @@ def register(app: typer.Typer) -> None:
                                   storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
                                   hot_spares=hot_spares, no_stragglers=no_stragglers, gpu_speed_cv=straggler_cv,
                                   thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed)
-        pred = predict_cli_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                               plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                               precision=precision, framework=framework)
+        pred = predict_job(job_from_options(job), profile)
         est = estimate_goodput(pred, tokens, **options)
         if not est.feasible:
             raise SpecError("goodput", f"the run never finishes: failures every {_dur(est.mtbf_s)} against a "
@@ -117,69 +114,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             base._emit_json(est.to_json())
             return
-        base.console.print(_header(pred, est))
-        for table in goodput_tables(pred, est):
-            base.console.print(table)
+        print_all(base.console, goodput_tables(pred, est))
 
 
 def _dur(seconds: float) -> str:
     from ..units import format_duration
     return format_duration(seconds) if math.isfinite(seconds) else "never"
-
-
-def _header(pred, est) -> str:
-    job = pred.job
-    c = job.cluster
-    return (f"{job.model.name} on {c.num_gpus:,} x {c.gpu.name} · plan {pred.graph.plan.short()} · "
-            f"{est.tokens / 1e12:,.3g}T tokens in {est.steps:,} steps")
-
-
-def goodput_tables(pred, est) -> list:
-    """Rich tables: the summary, where the time beyond the ideal goes, and the Monte Carlo check."""
-    from rich.table import Table
-
-    from ..units import format_si
-    ck, rs = est.checkpoint, est.restart
-    t = Table(show_header=False, title="time to train", title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
-    rows = [
-        ("step time", f"{_dur(est.step_time_s)}" + (f" ({_dur(est.step_time_s * (1 + est.straggler_slowdown))} with "
-                                                    f"stragglers, +{est.straggler_slowdown * 100:.1f}%)"
-                                                    if est.straggler_slowdown > 0 else "")),
-        ("ideal", f"{_dur(est.ideal_time_to_train_s)} (every step at the predicted speed, no failures)"),
-        ("expected", _dur(est.expected_time_to_train_s)),
-        ("goodput", f"{est.goodput * 100:.1f}% (effective training time {est.effective_training_time_ratio * 100:.1f}%)"),
-        ("failures", f"MTBF {_dur(est.mtbf_s)} ({est.failure_model}); {est.expected_failures:,.0f} expected"
-                     + (f" + {est.expected_planned_interruptions:,.0f} planned" if est.expected_planned_interruptions >= 0.5 else "")),
-        ("checkpoint", f"{format_si(ck.bytes_total, 'B')} ({ck.mode}, writers {ck.writers}): save {_dur(ck.save_s)}, "
-                       f"stall {_dur(ck.blocking_s)}, load {_dur(ck.load_s)}"),
-        ("interval", f"every {est.checkpoint_interval_steps:,} steps = {_dur(est.checkpoint_interval_s)} ({est.interval_source}); "
-                     f"Young {_dur(est.young_interval_s)}, Daly {_dur(est.daly_interval_s)} "
-                     f"(goodput {est.goodput_at_young * 100:.1f}% at Young's)"),
-        ("restart", f"{_dur(rs.mean_s)} mean"
-                    + (f"; hot spares {est.hot_spares} (free {rs.spare_available * 100:.0f}% of the time)" if est.hot_spares else "")),
-    ]
-    for k, v in rows:
-        t.add_row(k, v)
-    lost = Table(title="where the time beyond the ideal goes", title_justify="left")
-    for col, just in (("part", "left"), ("time", "right"), ("share of expected", "right")):
-        lost.add_column(col, justify=just)  # type: ignore[arg-type]
-    total = est.expected_time_to_train_s
-    for k, v in est.lost_s.items():
-        lost.add_row(k, _dur(v), f"{v / total * 100:.1f}%")
-    lost.add_row("total", _dur(total - est.ideal_time_to_train_s),
-                 f"{(total - est.ideal_time_to_train_s) / total * 100:.1f}%")
-    out = [t, lost]
-    mc = est.monte_carlo
-    if mc is not None:
-        m = Table(show_header=False, title=f"Monte Carlo ({mc.runs:,} runs, seed {mc.seed})", title_justify="left")
-        m.add_column("field", style="bold")
-        m.add_column("value")
-        m.add_row("mean", f"{_dur(mc.mean_s)} ({(mc.mean_s / total - 1) * 100:+.2f}% vs analytic)")
-        half = (mc.ci95_s[1] - mc.ci95_s[0]) / 2
-        m.add_row("95% CI of the mean", f"{_dur(mc.mean_s)} ± {_dur(half)} (± {half / mc.mean_s * 100:.2g}%)")
-        m.add_row("p5 - p95 of a run", f"{_dur(mc.p5_s)} - {_dur(mc.p95_s)}")
-        m.add_row("failures per run", f"{mc.mean_failures:,.1f}")
-        out.append(m)
-    return out

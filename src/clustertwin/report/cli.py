@@ -8,11 +8,12 @@ from typing import Iterator, List, Optional
 
 import typer
 
-from .. import cli_options as opts
-from ..reliability import cli as rc
 from rich.console import Console
 
+from .. import cli_options as opts
 from ..errors import SpecError
+from ..jobs import JobOptions
+from ..reliability import cli as rc
 
 err_console = Console(stderr=True)
 
@@ -20,7 +21,7 @@ err_console = Console(stderr=True)
 @contextmanager
 def _progress(quiet: bool) -> Iterator:
     """A progress bar over the report's steps on a terminal (stderr); nothing with --quiet or when piped."""
-    from .html import STEPS
+    from .data import STEPS
     if quiet or not err_console.is_terminal:
         yield lambda name: None
         return
@@ -39,15 +40,9 @@ def register(app: typer.Typer) -> None:
     from .. import cli as base
 
     @app.command("report")
+    @opts.job_options(plan_help='the plan to report [default: the search\'s best], e.g. "tp=8,pp=4,sp=1"')
     def report_cmd(
-            model: Optional[str] = opts.ModelOpt, gpu: Optional[str] = opts.GpuOpt,
-            num_gpus: Optional[int] = opts.NumGpusOpt, gpus_per_node: Optional[int] = opts.GpnOpt,
-            cluster: Optional[str] = opts.ClusterOpt,
-            plan: Optional[str] = typer.Option(None, "--plan", "-p",
-                                               help='the plan to report [default: the search\'s best], e.g. "tp=8,pp=4,sp=1"'),
-            micro_batch: Optional[int] = opts.MicroBatchOpt, global_batch: Optional[int] = opts.GlobalBatchOpt,
-            seq_len: Optional[int] = opts.SeqLenOpt, precision: Optional[str] = opts.PrecisionOpt,
-            framework: str = opts.FrameworkOpt,
+            job: JobOptions,
             # search
             no_search: bool = typer.Option(False, "--no-search", help="leave out the search landscape (needs --plan)"),
             top: int = typer.Option(10, "--top", help="best plans marked in the landscape"),
@@ -74,7 +69,8 @@ def register(app: typer.Typer) -> None:
             quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")) -> None:
         """One self-contained HTML page of a plan: step-time breakdown, memory against HBM, the search
         landscape, goodput against checkpoint interval and a pipeline timeline."""
-        from .html import build_report, dumps, render_html, require_plotly, write_text
+        from .data import build_report, dumps, write_text
+        from .views import render_html, require_plotly
         require_plotly()  # before any work: a missing extra is one line
         if str(out) == "-":
             raise SpecError("out", "the page goes to a file", "give a file name, e.g. --out report.html")
@@ -84,9 +80,7 @@ def register(app: typer.Typer) -> None:
                                      storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
                                      hot_spares=hot_spares, no_stragglers=no_stragglers)
         with _progress(quiet) as step:
-            data = build_report(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                                plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                                precision=precision, framework=framework, tokens=tokens, goodput_options=options,
+            data = build_report(**job.as_kwargs(), tokens=tokens, goodput_options=options,
                                 search=not no_search, top=top, objective=objective, fix=fix,
                                 max_memory_fraction=max_memory_fraction, pareto_points=pareto_points,
                                 gpu_hour_price=gpu_hour_price, sample=sample, seed=seed, on_step=step)

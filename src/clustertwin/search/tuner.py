@@ -74,6 +74,11 @@ class ParetoPoint:
     def gpu_hours_per_step(self) -> float | None:
         return None if self.plan is None else self.plan.prediction.step_time_s * self.num_gpus / SECONDS_PER_HOUR
 
+    def cost_per_step_usd(self, gpu_hour_price: float) -> float | None:
+        """USD per step at ``gpu_hour_price`` per GPU-hour (None: nothing fits at this size)."""
+        h = self.gpu_hours_per_step
+        return None if h is None else h * gpu_hour_price
+
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"num_gpus": self.num_gpus, "evaluated": self.evaluated, "feasible": self.feasible,
                              "elapsed_s": self.elapsed_s, "on_front": self.on_front}

@@ -1,0 +1,180 @@
+"""The job a command describes: one set of options (model, cluster, plan, batch, sequence length,
+precision, framework), one set of defaults, and one way to turn them into a TrainingJob or into the
+inputs of a plan search. Every command (predict, search, goodput, trace, sim, report) goes through
+here, so each accepts and rejects the same inputs the same way.
+
+With none of model, plan, cluster, GPU or GPU count given, the options are the built-in default job:
+Llama 3 8B on 64 H100s, plan "tp=2,pp=1,dp=32,zero=1,recompute=none", micro-batch 1, global batch
+256, sequence length 8192 (the README's main example).
+
+>>> job = job_from_options(JobOptions())
+>>> job.model.name, job.cluster.num_gpus, (job.plan.tp, job.plan.dp), job.plan.micro_batch, job.plan.global_batch, job.seq_len
+('llama3-8b', 64, (2, 32), 1, 256, 8192)
+>>> s = search_inputs(JobOptions(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=16, plan="tp=2", micro_batch=1))
+>>> s.model.name, s.cluster.num_gpus, s.global_batch, s.seq_len, s.precision, s.fixed
+('gpt3-1.3b', 16, 256, 2048, 'bf16', {'tp': 2, 'micro_batch': 1})
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from .catalog import cluster_for_gpu, load_cluster, load_model
+from .errors import PlanError, SpecError
+from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob, make_job, parse_plan
+
+DEFAULT_MODEL = "llama3-8b"
+DEFAULT_GPU = "h100-sxm"
+DEFAULT_NUM_GPUS = 64
+DEFAULT_PLAN = "tp=2,pp=1,dp=32,zero=1,recompute=none"
+DEFAULT_SEQ_LEN = 8192
+DEFAULT_MICRO_BATCH = 1
+DEFAULT_GLOBAL_BATCH = 256
+DEFAULT_PRECISION = "bf16"
+DEFAULT_FRAMEWORK = "megatron"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What a command line says about the job; None is "not given" (a default applies)."""
+
+    model: str | Path | ModelSpec | None = None
+    gpu: str | None = None
+    num_gpus: int | None = None
+    cluster: str | Path | ClusterSpec | None = None
+    gpus_per_node: int | None = None
+    plan: str | Plan | None = None
+    micro_batch: int | None = None
+    global_batch: int | None = None
+    seq_len: int | None = None
+    precision: str | None = None
+    framework: str = DEFAULT_FRAMEWORK
+
+    @property
+    def is_default_job(self) -> bool:
+        """True when nothing names a job (model, plan, cluster, GPU, GPU count): the built-in one."""
+        return all(v is None for v in (self.model, self.plan, self.cluster, self.gpu, self.num_gpus))
+
+    def with_defaults(self) -> "JobOptions":
+        """The options with the default job's model, and for the default job its plan, micro-batch,
+        global batch and sequence length, filled in where not given."""
+        if not self.is_default_job:
+            return replace(self, model=DEFAULT_MODEL) if self.model is None else self
+        return replace(self, model=DEFAULT_MODEL, plan=DEFAULT_PLAN,
+                       micro_batch=DEFAULT_MICRO_BATCH if self.micro_batch is None else self.micro_batch,
+                       global_batch=DEFAULT_GLOBAL_BATCH if self.global_batch is None else self.global_batch,
+                       seq_len=DEFAULT_SEQ_LEN if self.seq_len is None else self.seq_len)
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The options as keyword arguments of make_training_job, predict, build_report."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class SearchInputs:
+    """A plan search's job: everything but the plan, and the plan fields the user held fixed."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch: int
+    seq_len: int
+    precision: str
+    framework: str
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    def fix_with(self, fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
+        """These fixed fields and ``fix`` (--fix) together; a field given both ways must agree."""
+        from .search.space import parse_fixed
+        extra = parse_fixed(fix)
+        for k, v in extra.items():
+            if k in self.fixed and self.fixed[k] != v:
+                raise PlanError(f"fix.{k}", f"{v!r} contradicts {k}={self.fixed[k]!r} given with --plan or --micro-batch",
+                                "give the field once")
+        return {**extra, **{k: v for k, v in self.fixed.items() if k not in extra}}
+
+    def search_kwargs(self, fix: str | Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Keyword arguments of clustertwin.search.search for this job (model passed first)."""
+        return dict(cluster=self.cluster, global_batch=self.global_batch, seq_len=self.seq_len,
+                    precision=self.precision, framework=self.framework, fix=self.fix_with(fix))
+
+
+def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
+                    cluster: str | Path | ClusterSpec | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
+    """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count."""
+    if cluster is not None:
+        c = load_cluster(cluster)
+        if gpus_per_node and gpus_per_node != c.gpus_per_node:
+            raise SpecError("gpus_per_node", f"{gpus_per_node} conflicts with cluster {c.name} ({c.gpus_per_node} per node)",
+                            "drop --gpus-per-node or describe another cluster")
+        return c.with_gpus(num_gpus) if num_gpus is not None else c
+    return cluster_for_gpu(gpu or DEFAULT_GPU, DEFAULT_NUM_GPUS if num_gpus is None else num_gpus, gpus_per_node)
+
+
+def _plan(plan: str | Plan | None, micro_batch: int | None, global_batch: int | None, precision: str | None) -> Plan:
+    overrides = {"micro_batch": micro_batch, "global_batch": global_batch, "precision": precision}
+    if isinstance(plan, Plan):
+        return plan.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+    return parse_plan(plan if plan is not None else "", **overrides)
+
+
+def _framework(name: str) -> str:
+    from .cost.framework import get_framework
+    return get_framework(name).name
+
+
+def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str | None = None,
+                      num_gpus: int | None = None, cluster: str | Path | ClusterSpec | None = None,
+                      gpus_per_node: int | None = None, plan: str | Plan | None = None,
+                      micro_batch: int | None = None, global_batch: int | None = None,
+                      seq_len: int | None = None, precision: str | None = None,
+                      framework: str = DEFAULT_FRAMEWORK, tokens: float | None = None) -> TrainingJob:
+    """A checked TrainingJob from exactly what is given (no default job): the model's sequence length
+    (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out."""
+    m = load_model(model)
+    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+    p = _plan(plan, micro_batch, global_batch, precision)
+    fw = _framework(framework)
+    return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
+
+
+def job_from_options(options: JobOptions, tokens: float | None = None) -> TrainingJob:
+    """The TrainingJob of a command line: the built-in default job when nothing names one."""
+    return make_training_job(**options.with_defaults().as_kwargs(), tokens=tokens)
+
+
+def search_inputs(options: JobOptions) -> SearchInputs:
+    """A search's job from the same options: the plan fields given (``--plan``, ``--micro-batch``) are
+    held fixed and the rest searched; the global batch is the default job's (256) unless given, in
+    ``global_batch`` or in the plan. Checked as make_training_job checks, in the same order (model,
+    cluster, plan, framework), so a mistake reads the same in every command."""
+    o = replace(options, model=DEFAULT_MODEL) if options.model is None else options
+    m = load_model(o.model)  # type: ignore[arg-type]
+    c = resolve_cluster(o.gpu, o.num_gpus, o.cluster, o.gpus_per_node)
+    p = _plan(o.plan, o.micro_batch, o.global_batch, o.precision)
+    fw = _framework(o.framework)
+    given = {k: getattr(p, k) for k in p.model_fields_set}
+    gb = given.pop("global_batch", DEFAULT_GLOBAL_BATCH)
+    given.pop("precision", None)
+    from .search.space import FIXABLE
+    for k in given:
+        if k not in FIXABLE:
+            raise PlanError(f"plan.{k}", "the search cannot hold this field fixed",
+                            f"leave it out; the search holds fixed only {', '.join(FIXABLE)}")
+    if options.is_default_job:
+        seq = DEFAULT_SEQ_LEN if o.seq_len is None else o.seq_len
+    else:
+        seq = min(m.max_seq_len, DEFAULT_SEQ_LEN) if o.seq_len is None else o.seq_len
+    if seq <= 0:  # as make_job says it
+        raise PlanError("seq_len", f"{seq} must be positive", "give the training sequence length")
+    return SearchInputs(m, c, gb, seq, p.precision, fw, given)
+
+
+def default_job() -> TrainingJob:
+    """The built-in default job (what every command describes when given no job options)."""
+    return job_from_options(JobOptions())
+
+
+__all__ = ["JobOptions", "SearchInputs", "job_from_options", "search_inputs", "make_training_job", "resolve_cluster",
+           "default_job", "DEFAULT_MODEL", "DEFAULT_GPU", "DEFAULT_NUM_GPUS", "DEFAULT_PLAN", "DEFAULT_SEQ_LEN",
+           "DEFAULT_MICRO_BATCH", "DEFAULT_GLOBAL_BATCH", "DEFAULT_PRECISION", "DEFAULT_FRAMEWORK"]
