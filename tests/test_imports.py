@@ -53,5 +53,5 @@ def test_every_module_imports_without_the_optional_dependencies() -> None:
     res = json.loads(out.stdout)
     assert res["failed"] == {}
     assert res["loaded"] == []
-    assert {"clustertwin", "clustertwin.predict", "clustertwin.cli", "clustertwin.report.html",
+    assert {"clustertwin", "clustertwin.predict", "clustertwin.cli", "clustertwin.report.views",
             "clustertwin.search.sweep", "clustertwin.export.chakra"} <= set(res["imported"])
