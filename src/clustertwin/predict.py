@@ -157,7 +157,7 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
         p = plan.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     else:
         p = parse_plan(plan if plan is not None else "", **overrides)
-    from .cost.framework import get_framework
+    from .specs.framework import get_framework
     fw = get_framework(framework).name
     return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
 

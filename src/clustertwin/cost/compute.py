@@ -11,7 +11,7 @@ from functools import lru_cache
 from ..arith import maximum
 from ..specs.hardware import GPUSpec
 from ..workload.ops import Op, OpKind, is_score_gemm
-from .framework import FrameworkProfile
+from ..specs.framework import FrameworkProfile
 from .profile import HardwareProfile
 
 # (tile rows, tile cols, relative efficiency of the tile): large tiles run best (cuBLAS heuristics)

@@ -13,8 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arith import maximum, minimum, where
-from ..cost.framework import FrameworkProfile
-from ..workload.graph import StageGraph, WorkloadGraph, expert_dp, recompute_mode
+from ..specs.framework import FrameworkProfile
+from ..parallel.layout import expert_dp
+from ..workload.graph import StageGraph, WorkloadGraph, recompute_mode
 from ..workload.transformer import LayerContext
 
 MEMORY_KEYS = ("weights", "gradients", "optimizer", "activations", "other")
@@ -93,7 +94,7 @@ class MemoryEstimate:
 
 def _stage_memory(graph: WorkloadGraph, sg: StageGraph) -> dict[str, float]:
     plan, fw, c = graph.plan, graph.framework, graph.context
-    dp_cp = (plan.dp or 1) * plan.cp
+    dp_cp = plan.dp * plan.cp
     rc = recompute_mode(plan.recompute, fw)
     names = {b.name for b in sg.blocks}
     moe = bool(sg.layers_moe)

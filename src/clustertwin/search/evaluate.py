@@ -18,9 +18,11 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
-from ..cost.framework import for_plan, get_framework
-from ..cost.network import GroupPlacement, NetworkPricer, place_group
-from ..cost.profile import HardwareProfile, profile_for
+from ..specs.framework import for_plan, get_framework
+from ..calibrate.profile import profile_for
+from ..cost.network import NetworkPricer
+from ..cost.profile import HardwareProfile
+from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
 from ..schedule.memory import in_flight, layer_activation_bytes, stage_memory
 from ..schedule.step import (Pricer, StageTime, accumulate_ops, compose_step, exposed_cp, exposed_fsdp, exposed_tp,
                              hidden_cp,
@@ -280,7 +282,7 @@ class Evaluator:
         mb = np.array([s.micro_batch for s in ss])
         dp_cp = dp * cp
         etp = np.array([self.etp or s.tp for s in ss])
-        edp = np.maximum(1, tp * dp_cp // (ep * etp))
+        edp = expert_dp_size(tp, cp, dp, ep, etp)
         m_s = space.global_batch // (dp * mb)
 
         # parameters per class and structure
@@ -310,7 +312,7 @@ class Evaluator:
             trans_m = (np.array([self._activation(c, True, "none") for c in ctx_rows]) - act_m) if model.is_moe \
                 else None
             for z in (0, 1, 2, 3):
-                in_domain = space.zero_allows(z, dp_cp)[s_rows_a]
+                in_domain = space.zero_allows(z, dp_cp, tp=tp, pp=pp, cp=cp)[s_rows_a]
                 if not in_domain.any():
                     continue
                 worst = None
