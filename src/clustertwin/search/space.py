@@ -34,7 +34,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from ..errors import PlanError, SpecError
-from ..parallel.rules import RULES, JobFacts, PlanFacts, Rule, first_broken, rules_at, tp_overlap_possible
+from ..parallel.rules import RULES, Capabilities, JobFacts, PlanFacts, Rule, first_broken, rules_at, tp_overlap_possible
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.framework import get_framework
 from ..specs.plan import Plan
@@ -199,14 +199,24 @@ class SearchSpace:
 
     @cached_property
     def _rules(self) -> dict[str, tuple[Rule, ...]]:
-        return {stage: rules_at(stage) for stage in ("tp", "layout", "experts", "batch", "framework", "options")}
+        rules = {stage: rules_at(stage) for stage in ("tp", "layout", "experts", "batch", "framework", "options")}
+        if self.facts.can == Capabilities():    # a framework that runs every plan breaks no framework rule
+            rules["framework"] = rules["options"] = ()
+        return rules
 
-    def _reason(self, stage: str, p: PlanFacts) -> str | None:
-        r = first_broken(self.facts, p, self._rules[stage])
-        return None if r is None else r.name
+    @cached_property
+    def _reasons(self) -> dict[tuple, str | None]:
+        return {}   # memo of the checks below: the loops ask the same sizes often
+
+    def _reason(self, key: tuple, p: PlanFacts) -> str | None:
+        r = first_broken(self.facts, p, self._rules[key[0]])
+        self._reasons[key] = reason = None if r is None else r.name
+        return reason
 
     def tp_reason(self, tp: int) -> str | None:
-        return self._reason("tp", PlanFacts(tp, overlap_tp=self.fixed.get("overlap_tp_comm") is True))
+        key = ("tp", tp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, overlap_tp=self.fixed.get("overlap_tp_comm") is True))
 
     def tp_overlap_matters(self, tp):
         """Whether overlap_tp_comm changes anything (ints or arrays): with TP, and the TP group in
@@ -214,18 +224,24 @@ class SearchSpace:
         return (tp > 1) & tp_overlap_possible(tp, self.cluster.gpus_per_node)
 
     def layout_reason(self, pp: int, vpp: int, cp: int = 1) -> str | None:
-        return self._reason("layout", PlanFacts(1, pp=pp, vpp=vpp, cp=cp))
+        key = ("layout", pp, vpp, cp)
+        return self._reasons[key] if key in self._reasons else self._reason(key, PlanFacts(1, pp=pp, vpp=vpp, cp=cp))
 
     def ep_reason(self, ep: int, dp_cp: int, tp: int = 1) -> str | None:
-        return self._reason("experts", PlanFacts(tp, dp=dp_cp, ep=ep, etp=self.fixed.get("etp")))
+        key = ("experts", ep, dp_cp, tp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, dp=dp_cp, ep=ep, etp=self.fixed.get("etp")))
 
     def batch_reason(self, dp: int, mb: int, pp: int, vpp: int) -> str | None:
-        return self._reason("batch", PlanFacts(1, pp=pp, vpp=vpp, dp=dp, micro_batch=mb,
-                                               global_batch=self.global_batch))
+        key = ("batch", dp, mb, pp, vpp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(1, pp=pp, vpp=vpp, dp=dp, micro_batch=mb, global_batch=self.global_batch))
 
     def framework_reason(self, tp: int, vpp: int, cp: int, ep: int) -> str | None:
         """The first capability of the framework a structure needs and it lacks."""
-        return self._reason("framework", PlanFacts(tp, vpp=vpp, cp=cp, ep=ep, etp=self.fixed.get("etp")))
+        key = ("framework", tp, vpp, cp, ep)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, vpp=vpp, cp=cp, ep=ep, etp=self.fixed.get("etp")))
 
     def option_refusals(self, tp: int, pp: int, cp: int, dp: int) -> dict[str, int]:
         """Of the options of a structure (``option_count``), how many the framework cannot run, by
@@ -299,8 +315,9 @@ class SearchSpace:
                         if reason:
                             pruned[reason] = pruned.get(reason, 0) + options
                             continue
-                        for k, v in refused.items():
-                            pruned[k] = pruned.get(k, 0) + v
+                        if n_refused:
+                            for k, v in refused.items():
+                                pruned[k] = pruned.get(k, 0) + v
                         if n_refused < options:
                             valid.append(Structure(tp, pp, vpp, cp, dp, ep, mb))
         if total == 0:
