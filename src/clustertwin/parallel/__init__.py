@@ -7,10 +7,10 @@ schedule and search build on it.
 """
 from .layout import (GroupPlacement, ParallelDims, expert_dp, expert_dp_size, expert_tp, group_placements,
                      place_group, stage_layer_split)
-from .rules import (RULE_NAMES, RULES, STAGES, Capabilities, JobFacts, PlanFacts, Rule, check_rules, first_broken,
-                    first_broken_index, rule, rules_at, tp_overlap_possible)
+from .rules import (RULE_NAMES, RULES, STAGES, Capabilities, JobFacts, PlanFacts, Rule, RuleBroken, check_rules,
+                    first_broken, first_broken_index, rule, rules_at, rules_markdown, tp_overlap_possible)
 
 __all__ = ["GroupPlacement", "ParallelDims", "expert_dp", "expert_dp_size", "expert_tp", "group_placements",
            "place_group", "stage_layer_split", "RULE_NAMES", "RULES", "STAGES", "Capabilities", "JobFacts",
-           "PlanFacts", "Rule", "check_rules", "first_broken", "first_broken_index", "rule", "rules_at",
-           "tp_overlap_possible"]
+           "PlanFacts", "Rule", "RuleBroken", "check_rules", "first_broken", "first_broken_index", "rule", "rules_at",
+           "rules_markdown", "tp_overlap_possible"]

@@ -128,6 +128,14 @@ def tp_overlap_possible(tp: Any, gpus_per_node: int) -> Any:
     return tp <= gpus_per_node
 
 
+class RuleBroken(PlanError):
+    """A plan that breaks a rule of the table; ``rule`` is the rule's name (a prune reason)."""
+
+    def __init__(self, rule: str, field: str, problem: str, fix: str = "") -> None:
+        self.rule = rule
+        super().__init__(field, problem, fix)
+
+
 Check = Callable[[JobFacts, PlanFacts], Any]
 Explain = Callable[[JobFacts, PlanFacts], tuple[str, str, str]]
 
@@ -140,8 +148,8 @@ class Rule:
     broken: Check       # True where the plan breaks the rule (ints or arrays)
     explain: Explain    # (field, problem, fix) for one plan that breaks it
 
-    def error(self, j: JobFacts, p: PlanFacts) -> PlanError:
-        return PlanError(*self.explain(j, p))
+    def error(self, j: JobFacts, p: PlanFacts) -> RuleBroken:
+        return RuleBroken(self.name, *self.explain(j, p))
 
 
 def _layer_split_broken(j: JobFacts, p: PlanFacts) -> Any:
@@ -299,3 +307,14 @@ def check_rules(j: JobFacts, p: PlanFacts, rules: Iterable[Rule] = RULES) -> Non
     r = first_broken(j, p, rules)
     if r is not None:
         raise r.error(j, p)
+
+
+def rules_markdown() -> str:
+    """The rule table as docs/model.md shows it (a test keeps the two equal)."""
+    lines = ["| rule | checked when the search knows | rules out | field |", "|---|---|---|---|"]
+    example = JobFacts(num_layers=1, heads=1, kv_heads=1, ffn=1, gpus_per_node=1, num_gpus=1, seq_len=1)
+    for r in RULES:
+        fields = {"layer_split": "plan.pp"}   # plan.first_stage_layers when those are set
+        field = fields.get(r.name) or r.explain(example, PlanFacts(1, global_batch=1, zero_stage=2))[0]
+        lines.append(f"| `{r.name}` | {r.stage} | {r.describe} | `{field}` |")
+    return "\n".join(lines)

@@ -243,6 +243,12 @@ class SearchSpace:
         return self._reasons[key] if key in self._reasons else self._reason(
             key, PlanFacts(tp, vpp=vpp, cp=cp, ep=ep, etp=self.fixed.get("etp")))
 
+    def option_reason(self, tp: int, pp: int, cp: int, dp: int, zero_stage: int, overlap_tp: bool) -> str | None:
+        """The first capability of the framework a structure's options (ZeRO stage, TP overlap) need and it lacks."""
+        key = ("options", tp, pp, cp, dp, zero_stage, overlap_tp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, pp=pp, cp=cp, dp=dp, zero_stage=zero_stage, overlap_tp=overlap_tp))
+
     def option_refusals(self, tp: int, pp: int, cp: int, dp: int) -> dict[str, int]:
         """Of the options of a structure (``option_count``), how many the framework cannot run, by
         the rule each breaks first (ZeRO stage, TP overlap)."""
@@ -255,11 +261,10 @@ class SearchSpace:
         out: dict[str, int] = {}
         for otp in self.overlap_tp_domain(tp):
             for z in self.zero_domain(dp_cp):
-                r = first_broken(self.facts, PlanFacts(tp, pp=pp, cp=cp, dp=dp, zero_stage=z, overlap_tp=otp),
-                                 self._rules["options"])
-                if r is not None:
+                reason = self.option_reason(tp, pp, cp, dp, z, otp)
+                if reason is not None:
                     n = len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
-                    out[r.name] = out.get(r.name, 0) + rest * n
+                    out[reason] = out.get(reason, 0) + rest * n
         cache[key] = out
         return out
 

@@ -133,3 +133,18 @@ def get_framework(name: str) -> FrameworkProfile:
     if key not in FRAMEWORK_PROFILES:
         raise SpecError("framework", f"unknown framework {name!r}", f"use one of {', '.join(FRAMEWORK_PROFILES)}")
     return FRAMEWORK_PROFILES[key]
+
+
+def capabilities_markdown() -> str:
+    """The capability table as docs/model.md shows it (a test keeps the two equal)."""
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    lines = ["| framework | ZeRO stages | ZeRO-2/3 with PP | DDP with TP/PP/CP | interleaved PP | CP | EP | etp | "
+             "TP overlap |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, fw in FRAMEWORK_PROFILES.items():
+        c = fw.capabilities
+        lines.append(f"| {name} | {', '.join(map(str, c.zero_stages))} | {yes(c.sharded_grads_with_pp)} | "
+                     f"{yes(c.ddp_with_model_parallel)} | {yes(c.interleaved_pp)} | {yes(c.context_parallel)} | "
+                     f"{yes(c.expert_parallel)} | {'any' if c.expert_tp_any else '1 or tp'} | {yes(c.tp_overlap)} |")
+    return "\n".join(lines)
