@@ -22,7 +22,7 @@ from ..specs.framework import for_plan, get_framework
 from ..calibrate.profile import profile_for
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile
-from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
+from ..parallel.layout import GroupPlacement, ParallelDims, expert_dp_size, place_group
 from ..schedule.memory import in_flight, layer_activation_bytes, stage_memory
 from ..schedule.step import (Pricer, StageTime, accumulate_ops, compose_step, exposed_cp, exposed_fsdp, exposed_tp,
                              hidden_cp,
@@ -281,7 +281,7 @@ class Evaluator:
         ep = np.array([s.ep for s in ss])
         mb = np.array([s.micro_batch for s in ss])
         dp_cp = dp * cp
-        etp = np.array([self.etp or s.tp for s in ss])
+        etp = np.broadcast_to(ParallelDims(tp, etp=self.etp).expert_tp, tp.shape)
         edp = expert_dp_size(tp, cp, dp, ep, etp)
         m_s = space.global_batch // (dp * mb)
 
