@@ -21,7 +21,7 @@ from clustertwin.calibrate.profile import (FLOOR, GridTable, load_profile, parse
                                            shipped_profile_path)
 from clustertwin.catalog import load_gpu, load_model
 from clustertwin.cli import main
-from clustertwin.cost.profile import profile_for
+from clustertwin.calibrate.profile import profile_for
 from clustertwin.errors import ClusterTwinError, DataError
 
 RAW = Path(__file__).parent / "data" / "calibrate_synthetic_raw.json"

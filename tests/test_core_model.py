@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 import clustertwin as ct
 from clustertwin.catalog import cluster_for_gpu
-from clustertwin.cost.framework import get_framework
+from clustertwin.specs.framework import get_framework
 from clustertwin.errors import PlanError
+from clustertwin.parallel import JobFacts, PlanFacts, first_broken, rules_at
 from clustertwin.predict import Prediction, make_training_job, predict, predict_job
 from clustertwin.schedule.memory import layer_activation_bytes
 from clustertwin.schedule.step import BREAKDOWN_KEYS
@@ -234,8 +235,13 @@ def jobs(draw, num_gpus: int | None = None, model: ModelSpec | None = None):
                       recompute=draw(st.sampled_from(["none", "selective", "full"])),
                       attention_kernel=draw(st.sampled_from(["flash", "unfused"])),
                       precision=draw(st.sampled_from(["bf16", "fp8"])), micro_batch=mb, global_batch=dp * mb * m)
-    framework = draw(st.sampled_from(["megatron", "nemo", "deepspeed", "torchtitan", "pytorch-eager"]))
     seq = draw(st.sampled_from([512, 2048]))
+    # a framework that can run the plan (megatron runs every plan; parallel/rules.py, framework_* rules)
+    sizes = PlanFacts(tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, zero_stage=plan.zero_stage)
+    runs = [f for f in ("megatron", "nemo", "deepspeed", "torchtitan", "pytorch-eager")
+            if first_broken(JobFacts.of(model, cluster_for_gpu("h100-sxm", n), seq, get_framework(f)), sizes,
+                            rules_at("framework", "options")) is None]
+    framework = draw(st.sampled_from(runs))
     return model, n, plan, framework, seq
 
 
@@ -593,7 +599,7 @@ def _tt(framework: str, plan: str, gpu: str = "h100-sxm", n: int = 8, mb: int = 
 def test_torchtitan_selective_is_op_level_sac():
     from clustertwin.schedule.memory import layer_activation_bytes
     from clustertwin.workload.graph import recompute_mode
-    from clustertwin.cost.framework import get_framework
+    from clustertwin.specs.framework import get_framework
     assert recompute_mode("selective", get_framework("torchtitan")) == "selective_ops"
     assert recompute_mode("selective", get_framework("megatron")) == "selective"
     assert recompute_mode("full", get_framework("torchtitan")) == "full"
@@ -633,8 +639,8 @@ def test_power_cap_derates_tensor_throughput_by_the_cube_root():
     assert load_gpu("h100-sxm").power_clock_scale == 1.0
     assert capped.model_copy(update={"tdp_w": 800.0}).power_clock_scale == 1.0
     from clustertwin.cost.compute import ComputePricer
-    from clustertwin.cost.framework import get_framework
-    from clustertwin.cost.profile import profile_for
+    from clustertwin.specs.framework import get_framework
+    from clustertwin.calibrate.profile import profile_for
     from clustertwin.workload.transformer import gemm
     op = gemm("g", 8192, 8192, 8192, "bf16", 2)
     full = load_gpu("h100-sxm").model_copy(update={"hbm_bandwidth_bytes_per_s": capped.hbm_bandwidth_bytes_per_s,
@@ -647,8 +653,9 @@ def test_power_cap_derates_tensor_throughput_by_the_cube_root():
 def test_fsdp_under_pp_keeps_the_stage_gathered_in_torchtitan():
     tt = ct.predict("llama3-8b", gpu="h100", num_gpus=16, plan="tp=1,pp=2,zero=3", micro_batch=1, global_batch=16,
                     seq_len=4096, framework="torchtitan")
+    # FSDP under PP that gathers per micro-batch: Megatron-FSDP (DeepSpeed refuses ZeRO-3 with PP)
     mg = ct.predict("llama3-8b", gpu="h100", num_gpus=16, plan="tp=1,pp=2,zero=3", micro_batch=1, global_batch=16,
-                    seq_len=4096, framework="deepspeed")
+                    seq_len=4096, framework="megatron")
     sg = tt.graph.stages[0]
     assert not sg.microbatch_dp_ops and any(op.name.startswith("fsdp.") for op in sg.step_ops)
     assert mg.graph.stages[0].microbatch_dp_ops
@@ -674,7 +681,9 @@ def test_gradient_reduction_dtype_is_a_plan_choice_with_framework_defaults():
 
 def test_torchtitan_memory_never_grows_with_zero_under_pp():
     kw = dict(gpu="h100-sxm", num_gpus=32, micro_batch=1, global_batch=64, seq_len=2048, framework="torchtitan")
-    mem = [ct.predict("llama3-8b", plan=f"tp=1,pp=2,zero={z}", **kw).memory.total_bytes for z in range(4)]
+    # the ZeRO stages torchtitan runs under PP: 2 (FSDP2 reshard_after_forward=False) and 3 (no ZeRO-1,
+    # and DDP only without PP)
+    mem = [ct.predict("llama3-8b", plan=f"tp=1,pp=2,zero={z}", **kw).memory.total_bytes for z in (2, 3)]
     assert all(b <= a * (1 + 1e-12) for a, b in zip(mem, mem[1:])), mem
     # the unsharded accumulation is in the gradient reduction dtype
     f32 = ct.predict("llama3-8b", plan="tp=1,pp=2,zero=3", **kw)

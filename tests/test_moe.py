@@ -83,8 +83,9 @@ def test_bad_routing_is_one_line(routing, field):
 
 # ---- node-deduplicating dispatch (DeepSeek-V3 Sec. 3.2.2, DeepEP) -------------------------------------
 
-from clustertwin.cost.network import NetworkPricer, expected_target_nodes, place_group  # noqa: E402
-from clustertwin.cost.profile import profile_for  # noqa: E402
+from clustertwin.cost.network import NetworkPricer, expected_target_nodes  # noqa: E402
+from clustertwin.parallel import place_group  # noqa: E402
+from clustertwin.calibrate.profile import profile_for  # noqa: E402
 from clustertwin.catalog import cluster_for_gpu  # noqa: E402
 from clustertwin.specs import ModelSpec  # noqa: E402
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from clustertwin.cli import main
-from clustertwin.cost.network import GroupPlacement
+from clustertwin.parallel import GroupPlacement
 from clustertwin.errors import ClusterTwinError
 from clustertwin.predict import make_training_job, predict_job
 from clustertwin.sim.engine import Engine

@@ -119,7 +119,7 @@ def _plan(plan: str | Plan | None, micro_batch: int | None, global_batch: int | 
 
 
 def _framework(name: str) -> str:
-    from .cost.framework import get_framework
+    from .specs.framework import get_framework
     return get_framework(name).name
 
 

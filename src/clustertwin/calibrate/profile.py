@@ -47,7 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from ..cost.profile import HardwareProfile, default_profile
 from ..errors import DataError
+from ..specs.hardware import GPUSpec
 
 SCHEMA = "clustertwin-profile"
 SCHEMA_VERSION = 1
@@ -388,3 +390,15 @@ def shipped_profile_path(gpu_name: str) -> Path | None:
 
 def today() -> str:
     return _dt.date.today().isoformat()
+
+
+_SHIPPED: dict[str, Any] = {}
+
+
+def profile_for(gpu: GPUSpec) -> HardwareProfile:
+    """The profile clustertwin prices ``gpu`` with: the measured profile the catalog ships for it
+    (``catalog/profiles/<gpu>.yaml``), else its architecture's defaults (``cost.profile``)."""
+    if gpu.name not in _SHIPPED:
+        path = shipped_profile_path(gpu.name)
+        _SHIPPED[gpu.name] = load_profile(path).to_hardware_profile(gpu) if path is not None else None
+    return _SHIPPED[gpu.name] or default_profile(gpu)

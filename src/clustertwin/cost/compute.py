@@ -12,7 +12,7 @@ from ..arith import maximum
 from ..constants import group, value
 from ..specs.hardware import GPUSpec
 from ..workload.ops import Op, OpKind, is_score_gemm
-from .framework import FrameworkProfile
+from ..specs.framework import FrameworkProfile
 from .profile import HardwareProfile
 
 # (tile rows, tile cols, relative efficiency of the tile): large tiles run best (cuBLAS heuristics)

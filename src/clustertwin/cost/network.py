@@ -1,8 +1,8 @@
 """Price collectives on the topology.
 
-Groups are placed by Megatron's rank order (tp innermost, then cp, then dp, then pp): a group is
-described by its size and the stride between its ranks, which decides how many of its ranks share
-a node and how many nodes it spans. Ring algorithms (NCCL) move 2(n-1)/n of the buffer for
+Groups are placed by Megatron's rank order (tp innermost, then cp, then dp, then pp;
+``parallel/layout.py`` places them): a group is described by its size and the stride between its
+ranks, which decides how many of its ranks share a node and how many nodes it spans. Ring algorithms (NCCL) move 2(n-1)/n of the buffer for
 all-reduce and (n-1)/n for all-gather / reduce-scatter / all-to-all. A ring spanning nodes crosses
 each node boundary once per channel: with g ranks per node, the ring's inter-node bandwidth is the
 NIC bandwidth of those g GPUs (g x per-GPU NIC), capped by NVLink. Traffic between leaf switches
@@ -11,35 +11,13 @@ pays the fat-tree's oversubscription. Latency: per ring step, or per tree level 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from ..parallel.layout import GroupPlacement
 from ..specs.hardware import ClusterSpec
 from .profile import HardwareProfile
-
-
-@dataclass(frozen=True)
-class GroupPlacement:
-    size: int
-    ranks_per_node: int
-    nodes: int
-    node_span: int          # how many consecutive nodes the group's members are spread over
-
-
-def place_group(size: int, stride: int, gpus_per_node: int) -> GroupPlacement:
-    """Placement of a group of ``size`` ranks, ``stride`` ranks apart, on nodes of ``gpus_per_node``."""
-    if size <= 1:
-        return GroupPlacement(1, 1, 1, 1)
-    if stride * size <= gpus_per_node:
-        return GroupPlacement(size, size, 1, 1)
-    if stride >= gpus_per_node:
-        span = max(1, (stride * (size - 1)) // gpus_per_node + 1)
-        return GroupPlacement(size, 1, size, span)
-    per_node = max(1, gpus_per_node // stride)
-    nodes = math.ceil(size / per_node)
-    return GroupPlacement(size, per_node, nodes, nodes)
 
 
 _BUS_FACTOR = {

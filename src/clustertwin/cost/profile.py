@@ -15,13 +15,23 @@ Wave quantization: a GEMM whose tiles do not fill whole waves of SMs idles the r
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..constants import group
 from ..specs.hardware import GPUSpec
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ..calibrate.profile import MeasuredTables
+
+class MeasuredTables(Protocol):
+    """What pricing reads of measured efficiency tables (``calibrate/profile.py`` builds them from a
+    profile file): efficiencies relative to the datasheet."""
+
+    def has_gemm(self, dtype: str) -> bool: ...
+
+    def gemm_efficiency(self, dtype: str, m: float, n: float, k: float) -> float: ...
+
+    def attention_efficiency(self, bwd: bool, seq: float, head_dim: float) -> float | None: ...
+
+    def memory_table(self, kernel: str) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -45,7 +55,7 @@ class HardwareProfile:
     source: str = "architecture defaults from published measurements (see clustertwin.constants)"
     measured: tuple[str, ...] = ()       # which entries come from a calibration run
     # measured GEMM/attention/memory tables (calibrate/profile.py); None = the formulas above
-    tables: "MeasuredTables | None" = field(default=None, compare=False, repr=False)
+    tables: MeasuredTables | None = field(default=None, compare=False, repr=False)
 
 
 def _arch_profile(arch: str, **kw: Any) -> HardwareProfile:
@@ -75,14 +85,7 @@ def architecture_of(gpu: GPUSpec) -> str:
     return "hopper"
 
 
-_SHIPPED: dict[str, Any] = {}
-
-
-def profile_for(gpu: GPUSpec) -> HardwareProfile:
-    """The profile clustertwin uses for ``gpu``: the measured profile the catalog ships for it
-    (``catalog/profiles/<gpu>.yaml``), else its architecture's defaults."""
-    if gpu.name not in _SHIPPED:
-        from ..calibrate.profile import load_profile, shipped_profile_path
-        path = shipped_profile_path(gpu.name)
-        _SHIPPED[gpu.name] = load_profile(path).to_hardware_profile(gpu) if path is not None else None
-    return _SHIPPED[gpu.name] or ARCH_PROFILES[architecture_of(gpu)]
+def default_profile(gpu: GPUSpec) -> HardwareProfile:
+    """The architecture defaults for ``gpu`` (published measurements). The profile clustertwin
+    prices with, a shipped measured profile where one exists, is ``calibrate.profile.profile_for``."""
+    return ARCH_PROFILES[architecture_of(gpu)]

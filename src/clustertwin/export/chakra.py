@@ -360,7 +360,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
     plan = graph.plan
     p, v, m = plan.pp, plan.vpp, graph.num_microbatches
     tp, overlap_tp = plan.tp, bool(plan.overlap_tp_comm)
-    sizes = RankLayout(plan.tp, plan.cp, plan.dp or 1, plan.pp, plan.ep).sizes()
+    sizes = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep).sizes()
     segments = chunk_segments(graph)
     programs: dict[tuple, tuple[Program, _Fragment]] = {}
     p2p_bytes = graph.stages[0].p2p[0].comm_bytes if p > 1 else 0.0
@@ -501,7 +501,7 @@ def write_chakra(graph: WorkloadGraph, out_dir: str | Path, name: str = "workloa
     if not out.is_dir():
         raise DataError("out", f"{str(out)!r} is not a directory", "give a directory for the per-rank traces")
     plan = graph.plan
-    layout = RankLayout(plan.tp, plan.cp, plan.dp or 1, plan.pp, plan.ep)
+    layout = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep)
     templates = build_templates(graph, pricer)
     kinds = sorted({n.hole[3:] for t in templates for n in t.nodes if n.hole.startswith("pg:")},
                    key=GROUP_KINDS.index)

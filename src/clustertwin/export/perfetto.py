@@ -104,7 +104,7 @@ def perfetto_trace(result: SimResult, ranks: list[int] | None = None, detail: st
         raise PlanError("detail", f"unknown detail {detail!r}", f"use one of {', '.join(DETAILS)}")
     shown = default_ranks(result) if ranks is None else list(dict.fromkeys(ranks))
     plan = result.graph.plan
-    stride = plan.tp * plan.cp * (plan.dp or 1)
+    stride = plan.tp * plan.cp * plan.dp
     events: list[dict] = []
     tids = {name: k + 1 for k, name in enumerate(THREADS)}
     for order, g in enumerate(shown):

@@ -33,7 +33,7 @@ from typing import Literal
 from pydantic import Field
 
 from ..specs.model import Frozen
-from ..workload.graph import expert_dp, expert_tp
+from ..parallel.layout import expert_dp, expert_tp
 
 CheckpointMode = Literal["sync", "async", "in-memory"]
 Writers = Literal["all", "dp-rank-0"]
@@ -82,7 +82,7 @@ class CheckpointCosts:
 
 def state_bytes_per_param(prediction) -> float:
     """Bytes of checkpoint per parameter: weights + optimizer state, as the memory model holds them."""
-    from ..cost.framework import get_framework
+    from ..specs.framework import get_framework
     fw = get_framework(prediction.job.framework)
     fp32 = prediction.graph.plan.precision == "fp32"
     if fw.master_in_optimizer and not fp32:
@@ -95,7 +95,7 @@ def checkpoint_costs(prediction, config: CheckpointConfig) -> CheckpointCosts:
     job, graph = prediction.job, prediction.graph
     plan, cluster = graph.plan, job.cluster
     b = state_bytes_per_param(prediction)
-    dp_cp = (plan.dp or 1) * plan.cp
+    dp_cp = plan.dp * plan.cp
     etp = expert_tp(plan)                     # as the workload graph shards experts (StageParams.expert)
     # ranks of a stage holding the same expert shard: tp x dp x cp ranks over ep x etp distinct shards
     expert_replicas = expert_dp(plan)

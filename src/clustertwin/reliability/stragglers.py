@@ -157,7 +157,7 @@ def slow_node_impact(prediction, slowdown: float = 0.10) -> dict[str, float]:
     return {
         "tp_group": slowdown if plan.tp > 1 else 0.0,
         "pipeline": slowdown * pf,
-        "dp": slowdown * pf if (plan.dp or 1) > 1 else 0.0,
+        "dp": slowdown * pf if plan.dp > 1 else 0.0,
         "step": step,
         "gpus_waiting": float(c.num_gpus - min(c.gpus_per_node, c.num_gpus)),
     }

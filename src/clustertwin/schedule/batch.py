@@ -26,13 +26,16 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
-from ..cost.framework import for_plan, get_framework
-from ..cost.network import GroupPlacement, NetworkPricer, place_group
-from ..cost.profile import HardwareProfile, profile_for
-from ..specs import ClusterSpec, ModelSpec, stage_layer_split
-from ..specs.plan import Plan
 from ..arith import Num
+from ..calibrate.profile import profile_for
+from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
+from ..cost.network import NetworkPricer
+from ..cost.profile import HardwareProfile
+from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
+from ..parallel.rules import Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible
+from ..specs import ClusterSpec, ModelSpec, stage_layer_split
+from ..specs.framework import for_plan, get_framework
+from ..specs.plan import Plan
 from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
                               recompute_ops, recompute_mode, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
@@ -104,9 +107,9 @@ class PlanSet:
         return self._flag("overlap_pp_comm", pp > 1)
 
     def tp_overlap_matters(self, tp):
-        """Whether overlap_tp_comm changes anything (ints or arrays): TP within one NVLink domain
-        (Transformer Engine's userbuffers overlap needs the TP group on NVLink)."""
-        return (tp > 1) & (tp <= self.cluster.gpus_per_node)
+        """Whether overlap_tp_comm changes anything (ints or arrays): with TP, and the TP group in
+        one NVLink domain (``tp_overlap_possible``)."""
+        return (tp > 1) & tp_overlap_possible(tp, self.cluster.gpus_per_node)
 
     def dp_overlap_matters(self, dp_cp, zero, pp):
         """Whether overlap_dp_comm changes anything (ints or arrays): with a DP group, for ZeRO 0-2, and
@@ -142,19 +145,45 @@ class PlanSet:
                 * len(self.overlap_pp_domain(pp)) * zero_overlaps)
 
     # ---- the same domains for arrays of structures (the pricer's rows) ------------------------
+    @cached_property
+    def facts(self) -> JobFacts:
+        """What the plan rules read of this job (the model, the cluster, the sequence, the framework)."""
+        return JobFacts.of(self.model, self.cluster, self.seq_len, get_framework(self.framework))
+
+    @cached_property
+    def option_rules(self) -> tuple[Rule, ...]:
+        """The framework's capability rules on the options (ZeRO stage, TP overlap); none for a
+        framework that runs every plan."""
+        return () if self.facts.can == Capabilities() else rules_at("options")
+
     def flag_allows(self, name: str, value: bool, matters: np.ndarray) -> np.ndarray:
-        """Rows whose domain of the overlap flag ``name`` holds ``value`` (``matters``: rows where it does something)."""
+        """Rows whose domain of the overlap flag ``name`` holds ``value`` (``matters``: rows where it
+        does something) and whose framework can run it (TP overlap: ``framework_tp_overlap``)."""
         if name in self.fixed:
-            return np.full(matters.shape, self.fixed[name] == value)
-        return matters.copy() if value else np.ones(matters.shape, dtype=bool)
+            allows = np.full(matters.shape, self.fixed[name] == value)
+        else:
+            allows = matters.copy() if value else np.ones(matters.shape, dtype=bool)
+        if name == "overlap_tp_comm" and value and not self.facts.can.tp_overlap:
+            allows &= ~matters     # where it matters tp > 1, and the framework cannot overlap TP
+        return allows
 
     def flag_count(self, name: str, matters: np.ndarray) -> np.ndarray:
-        return np.where(matters, 2, 1) if name not in self.fixed else np.ones(matters.shape, dtype=int)
+        """Values of the overlap flag ``name`` each row may take (see ``flag_allows``)."""
+        return self.flag_allows(name, False, matters).astype(int) + self.flag_allows(name, True, matters)
 
-    def zero_allows(self, zero: int, dp_cp: np.ndarray) -> np.ndarray:
+    def zero_allows(self, zero: int, dp_cp: np.ndarray, *, tp=1, pp=1, cp=1) -> np.ndarray:
+        """Rows (structures of sizes tp, pp, cp, dp*cp: ints or arrays) whose ZeRO domain holds
+        ``zero`` and whose framework can run it."""
         if "zero_stage" in self.fixed:
-            return np.full(dp_cp.shape, self.fixed["zero_stage"] == zero)
-        return np.full(dp_cp.shape, True) if zero in (0, 3) else dp_cp > 1
+            allows = np.full(dp_cp.shape, self.fixed["zero_stage"] == zero)
+        else:
+            allows = np.full(dp_cp.shape, True) if zero in (0, 3) else dp_cp > 1
+        for r in self.option_rules:
+            if r.name == "framework_tp_overlap":
+                continue
+            allows &= ~np.broadcast_to(np.asarray(r.broken(self.facts, PlanFacts(
+                tp, pp=pp, cp=cp, dp=dp_cp // cp, zero_stage=zero)), dtype=bool), dp_cp.shape)
+        return allows
 
 
 @dataclass(frozen=True)
@@ -450,13 +479,13 @@ class _Layout:
                 ctx_rows.append(pricer.context_id(s.tp, s.cp, s.micro_batch, sp, s.ep))
         self.s_rows, self.sp_rows, self.ctx_rows = np.array(s_rows), sp_rows, ctx_rows
         self.tp = np.array([s.tp for s in ss])
-        cp = np.array([s.cp for s in ss])
+        self.cp = cp = np.array([s.cp for s in ss])
         dp = np.array([s.dp for s in ss])
         self.ep = np.array([s.ep for s in ss])
         mb = np.array([s.micro_batch for s in ss])
         self.dp_cp = dp * cp
         self.etp = np.array([pricer.etp or s.tp for s in ss])
-        self.edp = np.maximum(1, self.tp * self.dp_cp // (self.ep * self.etp))
+        self.edp = expert_dp_size(self.tp, cp, dp, self.ep, self.etp)
         self.m = plans.global_batch // (dp * mb)
         # parameters per class and structure
         params = [[pricer._stage_params(s.tp, s.ep, pp, k) for s in ss] for k in self.classes]
@@ -488,7 +517,7 @@ class _Layout:
             trans_m: Any = (np.array([pr._activation(c, True, "none") for c in self.ctx_rows]) - act_m) \
                 if model.is_moe else None
             for z in (0, 1, 2, 3):
-                in_domain = plans.zero_allows(z, self.dp_cp)[sr]
+                in_domain = plans.zero_allows(z, self.dp_cp, tp=self.tp, pp=self.pp, cp=self.cp)[sr]
                 if not in_domain.any():
                     continue
                 worst: Any = None

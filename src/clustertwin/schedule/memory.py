@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..arith import maximum, minimum, where
 from ..constants import value
-from ..cost.framework import FrameworkProfile
+from ..specs.framework import FrameworkProfile
 from ..workload.transformer import LayerContext
 
 _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v

@@ -19,11 +19,13 @@ from typing import Sequence
 from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer
-from ..cost.framework import FrameworkProfile
-from ..cost.network import GroupPlacement, NetworkPricer, place_group
-from ..cost.profile import HardwareProfile, profile_for
+from ..specs.framework import FrameworkProfile
+from ..calibrate.profile import profile_for
+from ..cost.network import NetworkPricer
+from ..cost.profile import HardwareProfile
+from ..parallel.layout import group_placements
 from ..specs.hardware import ClusterSpec
-from ..workload.graph import WorkloadGraph, expert_dp, expert_tp
+from ..workload.graph import WorkloadGraph
 from ..workload.ops import Op, OpKind, Phase, is_score_gemm
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance", "pp_comm", "dp_comm",
@@ -75,22 +77,6 @@ class StepEstimate:
 def tp_overlap_chunks(plan) -> int:
     """Chunks each layer GEMM is split into when TP communication overlaps it (1: no overlap)."""
     return plan.tp if plan.overlap_tp_comm and plan.tp > 1 else 1
-
-
-def group_placements(plan, gpus_per_node: int) -> dict[str, GroupPlacement]:
-    """Where each process group of a plan sits (Megatron rank order: tp, cp, dp, pp)."""
-    G = gpus_per_node
-    tp, cp, dp, ep = plan.tp, plan.cp, plan.dp or 1, plan.ep
-    etp = expert_tp(plan)
-    return {
-        "tp": place_group(tp, 1, G),
-        "cp": place_group(cp, tp, G),
-        "dp_cp": place_group(dp * cp, tp, G),
-        # experts fold onto tp x cp x dp as etp (innermost) x ep x edp (Megatron-Core parallel folding)
-        "ep": place_group(ep, etp, G),
-        "edp": place_group(expert_dp(plan), etp * ep, G),
-        "pp": place_group(2 if plan.pp > 1 else 1, tp * cp * dp, G),
-    }
 
 
 class Pricer:

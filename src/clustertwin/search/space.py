@@ -17,9 +17,13 @@ stage and the four overlaps. The raw domains:
 Options that change nothing under the rest of the plan (sequence parallelism without TP, say) are
 not counted twice. A value held fixed (``--fix tp=8``) replaces its domain.
 
-Each candidate is checked in the order ``check_plan`` checks a plan; the first failing check names
-the reason it is pruned (``PRUNE_REASONS``), and the count of candidates each reason removes is
-kept. Memory (the last check) is decided by the evaluator, which prices memory before time.
+Each candidate is checked against the rules of ``parallel/rules.py``, the table ``check_plan``
+reads, in its order: each loop level checks the rules whose fields it knows (``Rule.stage``), the
+framework's capabilities last (structure first, then the options: ZeRO stage, TP overlap). The first
+rule broken names the reason a candidate is pruned (``PRUNE_REASONS``), and the count of candidates
+each reason removes is kept. Memory (the last check) is decided by the evaluator, which prices
+memory before time and prices only the options the framework can run (``zero_allows``,
+``flag_allows``).
 """
 from __future__ import annotations
 
@@ -27,28 +31,17 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterator, Mapping
 
-from ..cost.framework import get_framework
 from ..errors import PlanError, SpecError
+from ..parallel.rules import RULES, Capabilities, PlanFacts, Rule, first_broken, rules_at
+from ..specs import ClusterSpec, ModelSpec
+from ..specs.framework import get_framework
 from ..schedule.batch import PlanSet, Structure
-from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.plan import Plan
 
-# reason key -> what it means (the keys are stable: they appear in the JSON output)
-PRUNE_REASONS: dict[str, str] = {
-    "tp_heads": "tp does not divide the attention heads",
-    "tp_kv_heads": "tp and the KV heads do not divide each other",
-    "tp_ffn": "tp does not divide the MLP width",
-    "tp_nodes": "a TP group would straddle two nodes",
-    "tp_overlap_nodes": "TP communication overlap held on, with a TP group beyond one NVLink domain",
-    "vpp_without_pp": "interleaving (vpp > 1) without pipeline parallelism",
-    "layer_split": "pp x vpp chunks exceed the layers",
-    "cp_seq_len": "cp does not divide the sequence length",
-    "etp_expert_width": "etp does not divide the expert MLP width",
-    "ep_dp_cp": "ep x etp does not divide tp x cp x dp",
-    "batch": "dp x micro-batch does not divide the global batch",
-    "interleave_microbatches": "interleaving needs the micro-batches to be a multiple of pp",
-    "memory": "does not fit in the memory allowed per GPU",
-}
+# reason key -> what it means (the keys are stable: they appear in the JSON output): the rules of
+# parallel/rules.py the search can break, in their order, and memory, which the evaluator decides
+PRUNE_REASONS: dict[str, str] = {**{r.name: r.describe for r in RULES if r.stage != "size"},
+                                 "memory": "does not fit in the memory allowed per GPU"}
 
 # plan fields --fix may hold (the rest of a plan is set by the job: precision, global batch)
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
@@ -73,8 +66,10 @@ def divisors(n: int) -> list[int]:
 @dataclass(frozen=True)
 class SearchSpace(PlanSet):
     """One job to search plans for: a model on a cluster at a global batch and sequence length.
-    The options' domains are the PlanSet's (what the batch pricing enumerates); the space adds the
-    sizes (factorizations, vpp, ep, micro-batch) and the checks that prune them."""
+    The options' domains are the PlanSet's (what the batch pricing enumerates, the framework's
+    capabilities included); the space adds the sizes (factorizations, vpp, ep, micro-batch) and the
+    rules that prune them.
+    """
 
     # ---- domains ----------------------------------------------------------------------------
     @cached_property
@@ -97,52 +92,72 @@ class SearchSpace(PlanSet):
             return (self.fixed["micro_batch"],)
         return tuple(b for b in divisors(self.global_batch) if b <= plan_limit("micro_batch"))
 
-    # ---- checks, in check_plan's order --------------------------------------------------------
+    # ---- checks: the rules of parallel/rules.py, stage by stage in their order ----------------
+    @cached_property
+    def _rules(self) -> dict[str, tuple[Rule, ...]]:
+        rules = {stage: rules_at(stage) for stage in ("tp", "layout", "experts", "batch", "framework", "options")}
+        if self.facts.can == Capabilities():    # a framework that runs every plan breaks no framework rule
+            rules["framework"] = rules["options"] = ()
+        return rules
+
+    @cached_property
+    def _reasons(self) -> dict[tuple, str | None]:
+        return {}   # memo of the checks below: the loops ask the same sizes often
+
+    def _reason(self, key: tuple, p: PlanFacts) -> str | None:
+        r = first_broken(self.facts, p, self._rules[key[0]])
+        self._reasons[key] = reason = None if r is None else r.name
+        return reason
+
     def tp_reason(self, tp: int) -> str | None:
-        m, g = self.model, self.cluster.gpus_per_node
-        if m.num_heads % tp:
-            return "tp_heads"
-        if m.kv_heads % tp and tp % m.kv_heads:
-            return "tp_kv_heads"
-        if m.ffn_hidden_size % tp:
-            return "tp_ffn"
-        if (tp > g and tp % g) or (tp < g and g % tp):
-            return "tp_nodes"
-        if tp > g and self.fixed.get("overlap_tp_comm") is True:
-            return "tp_overlap_nodes"
-        return None
+        key = ("tp", tp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, overlap_tp=self.fixed.get("overlap_tp_comm") is True))
 
-    def layout_reason(self, pp: int, vpp: int) -> str | None:
-        if vpp > 1 and pp == 1:
-            return "vpp_without_pp"
-        return None if self._splits(pp, vpp) else "layer_split"
-
-    def _splits(self, pp: int, vpp: int) -> bool:
-        key = (pp, vpp)
-        cache = self.__dict__.setdefault("_split_cache", {})
-        if key not in cache:
-            try:
-                stage_layer_split(self.model.num_layers, pp, vpp)
-                cache[key] = True
-            except PlanError:
-                cache[key] = False
-        return cache[key]
+    def layout_reason(self, pp: int, vpp: int, cp: int = 1) -> str | None:
+        key = ("layout", pp, vpp, cp)
+        return self._reasons[key] if key in self._reasons else self._reason(key, PlanFacts(1, pp=pp, vpp=vpp, cp=cp))
 
     def ep_reason(self, ep: int, dp_cp: int, tp: int = 1) -> str | None:
-        if ep > 1:
-            etp = self.fixed.get("etp") or tp
-            if self.model.expert_ffn % etp:
-                return "etp_expert_width"
-            if (tp * dp_cp) % (ep * etp):
-                return "ep_dp_cp"
-        return None
+        key = ("experts", ep, dp_cp, tp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, dp=dp_cp, ep=ep, etp=self.fixed.get("etp")))
 
     def batch_reason(self, dp: int, mb: int, pp: int, vpp: int) -> str | None:
-        if self.global_batch % (dp * mb):
-            return "batch"
-        if vpp > 1 and (self.global_batch // (dp * mb)) % pp:
-            return "interleave_microbatches"
-        return None
+        key = ("batch", dp, mb, pp, vpp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(1, pp=pp, vpp=vpp, dp=dp, micro_batch=mb, global_batch=self.global_batch))
+
+    def framework_reason(self, tp: int, vpp: int, cp: int, ep: int) -> str | None:
+        """The first capability of the framework a structure needs and it lacks."""
+        key = ("framework", tp, vpp, cp, ep)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, vpp=vpp, cp=cp, ep=ep, etp=self.fixed.get("etp")))
+
+    def option_reason(self, tp: int, pp: int, cp: int, dp: int, zero_stage: int, overlap_tp: bool) -> str | None:
+        """The first capability of the framework a structure's options (ZeRO stage, TP overlap) need and it lacks."""
+        key = ("options", tp, pp, cp, dp, zero_stage, overlap_tp)
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(tp, pp=pp, cp=cp, dp=dp, zero_stage=zero_stage, overlap_tp=overlap_tp))
+
+    def option_refusals(self, tp: int, pp: int, cp: int, dp: int) -> dict[str, int]:
+        """Of the options of a structure (``option_count``), how many the framework cannot run, by
+        the rule each breaks first (ZeRO stage, TP overlap)."""
+        key = (tp, pp, cp, dp)
+        cache = self.__dict__.setdefault("_refusal_cache", {})
+        if key in cache:
+            return cache[key]
+        dp_cp = dp * cp
+        rest = len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_pp_domain(pp))
+        out: dict[str, int] = {}
+        for otp in self.overlap_tp_domain(tp):
+            for z in self.zero_domain(dp_cp):
+                reason = self.option_reason(tp, pp, cp, dp, z, otp)
+                if reason is not None:
+                    n = len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
+                    out[reason] = out.get(reason, 0) + rest * n
+        cache[key] = out
+        return out
 
     # ---- enumeration ------------------------------------------------------------------------
     def factorizations(self) -> Iterator[tuple[int, int, int, int]]:
@@ -167,7 +182,6 @@ class SearchSpace(PlanSet):
         total = 0
         valid: list[Structure] = []
         n_v, n_e, n_m = len(self.vpp_domain), len(self.ep_domain), len(self.mb_domain)
-        seq = self.seq_len
         for tp, pp, cp, dp in self.factorizations():
             dp_cp = dp * cp
             options = self.option_count(tp, pp, dp_cp)
@@ -179,8 +193,10 @@ class SearchSpace(PlanSet):
             if reason:
                 pruned[reason] = pruned.get(reason, 0) + subtree
                 continue
+            refused = self.option_refusals(tp, pp, cp, dp)
+            n_refused = sum(refused.values())
             for vpp in self.vpp_domain:
-                reason = self.layout_reason(pp, vpp) or ("cp_seq_len" if seq % cp else None)
+                reason = self.layout_reason(pp, vpp, cp)
                 if reason:
                     pruned[reason] = pruned.get(reason, 0) + n_e * n_m * options
                     continue
@@ -189,12 +205,17 @@ class SearchSpace(PlanSet):
                     if reason:
                         pruned[reason] = pruned.get(reason, 0) + n_m * options
                         continue
+                    fw_reason = self.framework_reason(tp, vpp, cp, ep)
                     for mb in self.mb_domain:
-                        reason = self.batch_reason(dp, mb, pp, vpp)
+                        reason = self.batch_reason(dp, mb, pp, vpp) or fw_reason
                         if reason:
                             pruned[reason] = pruned.get(reason, 0) + options
                             continue
-                        valid.append(Structure(tp, pp, vpp, cp, dp, ep, mb))
+                        if n_refused:
+                            for k, v in refused.items():
+                                pruned[k] = pruned.get(k, 0) + v
+                        if n_refused < options:
+                            valid.append(Structure(tp, pp, vpp, cp, dp, ep, mb))
         if total == 0:
             held = ", ".join(f"{k}={self.fixed[k]}" for k in ("tp", "pp", "cp", "dp") if k in self.fixed)
             raise PlanError("fix", f"no split of {self.num_gpus} GPUs into tp x pp x cp x dp has {held}",

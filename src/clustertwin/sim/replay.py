@@ -155,7 +155,7 @@ class SimResult:
         n = self.job.cluster.num_gpus
         if not 0 <= global_rank < n:
             raise PlanError("rank", f"{global_rank} is not a rank of this job", f"give a rank in 0..{n - 1}")
-        tp, cp, dp = plan.tp, plan.cp, plan.dp or 1
+        tp, cp, dp = plan.tp, plan.cp, plan.dp
         stage = global_rank // (tp * cp * dp)
         d = (global_rank // (tp * cp)) % dp
         replica = "all"
@@ -188,7 +188,7 @@ class SimResult:
 def _coupled_replicas(plan, slow_rank: int) -> set[int]:
     """Data-parallel replicas that run in the slow GPU's lockstep: its own, and those its
     expert-parallel all-to-alls wait on."""
-    tp, cp, dp = plan.tp, plan.cp, plan.dp or 1
+    tp, cp, dp = plan.tp, plan.cp, plan.dp
     d = (slow_rank // (tp * cp)) % dp
     out = {d}
     if plan.ep > 1:
@@ -205,7 +205,7 @@ class _Replay:
         plan = graph.plan
         self.plan = plan
         self.p, self.v, self.m = plan.pp, plan.vpp, graph.num_microbatches
-        self.tp, self.cp, self.dp = plan.tp, plan.cp, plan.dp or 1
+        self.tp, self.cp, self.dp = plan.tp, plan.cp, plan.dp
         self.segments = chunk_segments(graph)
         self.programs: dict[tuple, Program] = {}
         self.micro: dict[tuple, MicroProfile] = {}

@@ -53,7 +53,7 @@ class Plan(Frozen):
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="dtype of the gradient buffers and their DP reduction (Megatron-LM: fp32 with bf16 "
                           "training; NeMo's performance recipes: bf16); None = framework default")
-    # overlap options: None = the framework's default (see cost/framework.py)
+    # overlap options: None = the framework's default (see specs/framework.py)
     overlap_dp_comm: bool | None = Field(None, description="gradient reduce-scatter/all-reduce overlapped with backward")
     overlap_param_gather: bool | None = Field(None, description="ZeRO/FSDP parameter all-gather overlapped with compute")
     overlap_tp_comm: bool | None = Field(None, description="TP collectives overlapped with GEMMs (userbuffers)")
@@ -85,8 +85,9 @@ class Plan(Frozen):
         return self.model_copy(update={"dp": num_gpus // self.model_parallel})
 
     @property
-    def gpus(self) -> int:
-        return self.tp * self.pp * self.cp * (self.dp or 1)
+    def gpus(self) -> int | None:
+        """GPUs the plan spans; None while dp is left to be derived."""
+        return None if self.dp is None else self.tp * self.pp * self.cp * self.dp
 
     def short(self) -> str:
         parts = [f"tp={self.tp}", f"pp={self.pp}"]
@@ -105,6 +106,36 @@ class Plan(Frozen):
             parts.append("sp")
         parts += [f"zero={self.zero_stage}", f"mb={self.micro_batch}", f"rc={self.recompute}"]
         return ",".join(parts)
+
+
+class ResolvedPlan(Plan):
+    """A plan checked against its job (``check_plan``, ``make_job``): dp and the global batch are
+    known, so every size derived from them is an int."""
+
+    dp: int = Field(gt=0, le=10_000_000, description="data parallel size")
+    global_batch: int = Field(gt=0, le=1_000_000_000, description="sequences per iteration")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.cp * self.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per iteration on each data-parallel rank."""
+        return self.global_batch // (self.dp * self.micro_batch)
+
+    @classmethod
+    def of(cls, plan: Plan, dp: int, global_batch: int) -> "ResolvedPlan":
+        """``plan`` with its dp and global batch (already checked: no validation is repeated)."""
+        if isinstance(plan, cls) and plan.dp == dp and plan.global_batch == global_batch:
+            return plan
+        values = dict(plan)
+        fields_set = set(plan.model_fields_set)
+        for k, v in (("dp", dp), ("global_batch", global_batch)):
+            if values[k] != v:
+                values[k] = v
+                fields_set.add(k)
+        return cls.model_construct(_fields_set=fields_set, **values)
 
 
 _TRUE = {"1", "true", "yes", "on", "y", "t"}

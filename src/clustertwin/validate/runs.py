@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..catalog import cluster_for_gpu, load_cluster
 from ..errors import ClusterTwinError, DataError
+from ..parallel.rules import JobFacts, PlanFacts, rule
 from ..specs import ModelSpec, TrainingJob, make_job, make_plan
+from ..specs.framework import get_framework
 
 REQUIRED = ("run_id", "arch", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "gpu", "num_gpus",
             "metric", "value")
@@ -179,12 +181,16 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["overlap_tp_comm"] = tp_overlap
     dp = fields["dp"] or max(1, num_gpus // (tp * (fields["pp"] or 1) * fields["cp"]))   # derived when empty
     ep, dense_ranks = fields["ep"], tp * fields["cp"] * dp
-    if (model.moe_num_experts and fields["etp"] is None and tp > 1 and ep > 1
-            and dense_ranks % (ep * tp) and dense_ranks % ep == 0):
-        # Megatron-Core's default etp = tp cannot fold these experts onto tp x cp x dp; the only plan
-        # that ran is one with unsplit experts (recipes such as Qwen3-235B set etp=1 explicitly)
-        fields["etp"] = 1
-        notes.append(f"etp unknown: assumed 1 (ep*tp = {ep}*{tp} does not divide tp*cp*dp = {dense_ranks})")
+    if model.is_moe and fields["etp"] is None:
+        # the rule experts fold by (parallel/rules.py): if Megatron-Core's default etp = tp cannot fold
+        # these experts onto tp x cp x dp but etp = 1 can, the only plan that ran is one with unsplit
+        # experts (recipes such as Qwen3-235B set etp=1 explicitly)
+        facts = JobFacts.of(model, cluster, _int(r, "seq_len") or model.max_seq_len, get_framework(framework))
+        sizes = PlanFacts(tp, cp=fields["cp"], dp=dp, ep=ep)
+        folds = rule("ep_dp_cp")
+        if folds.broken(facts, sizes) and not folds.broken(facts, replace(sizes, etp=1)):
+            fields["etp"] = 1
+            notes.append(f"etp unknown: assumed 1 (ep*tp = {ep}*{tp} does not divide tp*cp*dp = {dense_ranks})")
     for col in ("first_stage_layers", "last_stage_layers"):
         if _int(r, col) is not None:
             fields[col] = _int(r, col)

@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..cost.framework import FrameworkProfile, for_plan, get_framework
-from ..specs import TrainingJob, stage_layer_split
+from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
+from ..parallel.rules import tp_overlap_possible
+from ..specs import TrainingJob
+from ..specs.framework import FrameworkProfile, for_plan, get_framework
 from ..specs.model import ModelSpec
-from ..specs.plan import Plan
+from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
 from .moe import load_factor
 from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, op_sac_recompute
@@ -63,7 +65,7 @@ class StageGraph:
 class WorkloadGraph:
     job: TrainingJob
     framework: FrameworkProfile
-    plan: Plan
+    plan: ResolvedPlan
     context: LayerContext
     num_microbatches: int
     stages: tuple[StageGraph, ...]
@@ -77,15 +79,15 @@ class WorkloadGraph:
         return tuple(seen.values())
 
 
-def resolve_overlaps(plan: Plan, fw: FrameworkProfile, gpus_per_node: int | None = None) -> Plan:
+def resolve_overlaps(plan: ResolvedPlan, fw: FrameworkProfile, gpus_per_node: int | None = None) -> ResolvedPlan:
     """Fill the plan's unset overlap options and attention kernel with the framework's defaults.
-    TP overlap by default only where the TP group fits one NVLink domain (``gpus_per_node``):
-    Transformer Engine's userbuffers work over NVLink only (TransformerEngine#1071)."""
+    TP overlap by default only where it is possible (``parallel.rules.tp_overlap_possible``: the TP
+    group in one NVLink domain of ``gpus_per_node``)."""
     update = {}
     for name in ("overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm"):
         if getattr(plan, name) is None:
             update[name] = getattr(fw, name)
-    if update.get("overlap_tp_comm") and gpus_per_node is not None and plan.tp > gpus_per_node:
+    if update.get("overlap_tp_comm") and gpus_per_node is not None and not tp_overlap_possible(plan.tp, gpus_per_node):
         update["overlap_tp_comm"] = False
     if plan.attention_kernel is None:
         update["attention_kernel"] = fw.attention_kernel
@@ -94,16 +96,6 @@ def resolve_overlaps(plan: Plan, fw: FrameworkProfile, gpus_per_node: int | None
     if plan.grad_reduce_dtype is None:
         update["grad_reduce_dtype"] = "fp32" if fw.grad_reduce_bytes >= 4 else "bf16"
     return plan.model_copy(update=update) if update else plan
-
-
-def expert_tp(plan) -> int:
-    """Expert tensor-parallel size: the plan's etp, else tp (Megatron-Core's default)."""
-    return plan.etp or plan.tp
-
-
-def expert_dp(plan) -> int:
-    """Expert data-parallel size: the ranks of tp x cp x dp not used by ep x etp (MoE parallel folding)."""
-    return max(1, plan.tp * plan.cp * (plan.dp or 1) // (plan.ep * expert_tp(plan)))
 
 
 def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfile) -> LayerContext:
@@ -226,7 +218,7 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
     rc = recompute_mode(plan.recompute, fw)
     p, v = plan.pp, plan.vpp
     split = stage_layer_split(model.num_layers, p, v, plan.first_stage_layers, plan.last_stage_layers)
-    m = plan.global_batch // (plan.dp * plan.micro_batch)  # type: ignore[operator]
+    m = plan.num_microbatches
     dense_f, dense_b, dense_core = layer_ops(ctx, False)
     moe_f, moe_b, moe_core = layer_ops(ctx, True) if model.is_moe else ((), (), ())
     emb_f, emb_b = embedding_ops(ctx, model.vocab_size, model.positions == "learned")
@@ -267,11 +259,11 @@ def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = Non
     return WorkloadGraph(job, fw, plan, ctx, m, tuple(stages))
 
 
-def _dp_ops(model: ModelSpec, plan: Plan, fw: FrameworkProfile, params: StageParams) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: StageParams) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """Gradient synchronisation, ZeRO gathers and the optimizer step of one rank of a stage."""
     dense = params.dense + params.embedding
     expert = params.expert
-    dp_cp = (plan.dp or 1) * plan.cp
+    dp_cp = plan.dp * plan.cp
     edp = expert_dp(plan)
     gb = fw.grad_reduce_bytes
     pb = 4 if plan.precision == "fp32" else 2

@@ -11,12 +11,42 @@ attention and reduces gradients in fp32; as benchmarked (torch nightly of Dec 20
 FlashAttention-2 on Hopper (cuDNN attention was opt-in, pytorch/pytorch#138522), and its selective
 activation checkpointing is op-level (torchtitan parallelize_llama.py). Eager PyTorch launches one kernel per elementwise op,
 each kernel paying the CPU dispatch cost.
+
+Capabilities (which plans a framework can run; ``parallel/rules.py`` turns them into the rules
+``check_plan`` and the search apply, named ``framework_*``):
+- Megatron-LM / Megatron-Core: ZeRO-0 (DDP), ZeRO-1 (--use-distributed-optimizer), ZeRO-2/3 through
+  Megatron-FSDP (--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads /
+  optim_grads_params: "similar to ... ZeRO-2", "... and training parameters are sharded",
+  Megatron-Core developer guide, megatron_fsdp ShardingStrategy; M-Core 0.14 renamed its custom FSDP
+  to Megatron-FSDP) or --use-torch-fsdp2; interleaved 1F1B (--num-layers-per-virtual-pipeline-stage),
+  --context-parallel-size, --expert-model-parallel-size with any --expert-tensor-parallel-size, and
+  --tp-comm-overlap. Everything the plan can say.
+- NeMo: Megatron-Core underneath (MegatronStrategy passes the same sizes and DDP/FSDP options): as Megatron.
+- DeepSpeed: ZeRO 0-3, but its pipeline engine refuses ZeRO-2/3 ("ZeRO-2 and ZeRO-3 are incompatible
+  with pipeline parallelism", deepspeed/runtime/pipe/engine.py) and runs one schedule, 1F1B
+  (TrainSchedule in deepspeed/runtime/pipe/schedule.py: no interleaving); its sequence parallelism
+  (DeepSpeed-Ulysses, arXiv 2309.14509) splits heads with all-to-alls, not the ring attention ``cp``
+  prices, so no cp; DeepSpeed-MoE has expert parallelism (ep_size) and splits experts over the whole
+  TP group or not at all (enable_expert_tensor_parallelism): etp in {1, tp}.
+- torchtitan: FSDP2 (fully_shard, ZeRO-3; reshard_after_forward=False ~ ZeRO-2, its
+  fsdp_reshard_after_forward "never") and DDP (data_parallel_replicate_degree) only as the sole
+  parallelism ("DDP has not supported > 1D parallelism", torchtitan parallelize_llama.py); no
+  optimizer-only sharding (ZeRO-1); TP with sequence parallelism, async TP (TP overlap, under
+  torch.compile), PP with interleaved schedules (Interleaved1F1B, ...), context parallelism (ring
+  attention), expert parallelism with "either etp = tp or etp = 1" (torchtitan config
+  expert_tensor_parallel_degree).
+- Plain PyTorch (pytorch-eager / pytorch-compile): DDP, ZeroRedundancyOptimizer (ZeRO-1), FSDP
+  (SHARD_GRAD_OP ~ ZeRO-2, FULL_SHARD / fully_shard ~ ZeRO-3), DTensor tensor and sequence parallelism,
+  torch.distributed.pipelining (ScheduleInterleaved1F1B), context_parallel (ring attention,
+  torch.distributed.tensor.experimental); no expert-parallel API (token dispatch is model code, as
+  torchtitan writes it); async TP is an Inductor pass (needs torch.compile), so TP overlap only compiled.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
 from ..errors import SpecError
+from ..parallel.rules import Capabilities
 
 
 @dataclass(frozen=True)
@@ -48,6 +78,8 @@ class FrameworkProfile:
     # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
     # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
     fsdp_unsharded_with_pp: bool = False
+    # which plans it can run (module docstring; parallel/rules.py checks them)
+    capabilities: Capabilities = Capabilities()
 
 
 FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
@@ -63,19 +95,25 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
     # buffers and reductions.
     "nemo": FrameworkProfile("nemo", overlap_tp_comm=True, grad_reduce_bytes=2),
     # DeepSpeed with Megatron-style kernels; ZeRO comes from the plan.
-    "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6),
+    "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6,
+                                  capabilities=Capabilities(sharded_grads_with_pp=False, interleaved_pp=False,
+                                                            context_parallel=False, expert_tp_any=False)),
     "torchtitan": FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
                                    fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6,
                                    master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
-                                   fsdp_unsharded_with_pp=True),
+                                   fsdp_unsharded_with_pp=True,
+                                   capabilities=Capabilities(zero_stages=(0, 2, 3), ddp_with_model_parallel=False,
+                                                             expert_tp_any=False)),
     "pytorch-eager": FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                                       fused_cross_entropy=False, grad_reduce_bytes=4, cpu_dispatch_s=8e-6,
                                       kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,
-                                      master_in_optimizer=False),
+                                      master_in_optimizer=False,
+                                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False)),
     "pytorch-compile": FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                                         fused_cross_entropy=True, cpu_dispatch_s=5e-6, kernel_gap_s=1e-6,
                                         base_memory_bytes=0.6e9, allocator_overhead=0.03,
-                                        master_in_optimizer=False),
+                                        master_in_optimizer=False,
+                                        capabilities=Capabilities(expert_parallel=False)),
 }
 
 
@@ -95,3 +133,18 @@ def get_framework(name: str) -> FrameworkProfile:
     if key not in FRAMEWORK_PROFILES:
         raise SpecError("framework", f"unknown framework {name!r}", f"use one of {', '.join(FRAMEWORK_PROFILES)}")
     return FRAMEWORK_PROFILES[key]
+
+
+def capabilities_markdown() -> str:
+    """The capability table as docs/model.md shows it (a test keeps the two equal)."""
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    lines = ["| framework | ZeRO stages | ZeRO-2/3 with PP | DDP with TP/PP/CP | interleaved PP | CP | EP | etp | "
+             "TP overlap |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, fw in FRAMEWORK_PROFILES.items():
+        c = fw.capabilities
+        lines.append(f"| {name} | {', '.join(map(str, c.zero_stages))} | {yes(c.sharded_grads_with_pp)} | "
+                     f"{yes(c.ddp_with_model_parallel)} | {yes(c.interleaved_pp)} | {yes(c.context_parallel)} | "
+                     f"{yes(c.expert_parallel)} | {'any' if c.expert_tp_any else '1 or tp'} | {yes(c.tp_overlap)} |")
+    return "\n".join(lines)
