@@ -5,7 +5,7 @@ import pytest
 
 from clustertwin import predict
 from clustertwin.catalog import cluster_for_gpu, load_model
-from clustertwin.cost.profile import profile_for
+from clustertwin.calibrate.profile import profile_for
 from clustertwin.predict import make_training_job, predict_job
 from clustertwin.schedule import batch
 from clustertwin.schedule.batch import BatchPricer, PlanSet, Structure, TopK, plan_set_of

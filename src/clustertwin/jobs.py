@@ -11,8 +11,8 @@ Llama 3 8B on 64 H100s, plan "tp=2,pp=1,dp=32,zero=1,recompute=none", micro-batc
 >>> job.model.name, job.cluster.num_gpus, (job.plan.tp, job.plan.dp), job.plan.micro_batch, job.plan.global_batch, job.seq_len
 ('llama3-8b', 64, (2, 32), 1, 256, 8192)
 >>> s = search_inputs(JobOptions(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=16, plan="tp=2", micro_batch=1))
->>> s.model.name, s.cluster.num_gpus, s.global_batch, s.seq_len, s.precision, s.fixed
-('gpt3-1.3b', 16, 256, 2048, 'bf16', {'tp': 2, 'micro_batch': 1})
+>>> s.model.name, s.cluster.num_gpus, s.global_batch, s.seq_len, s.precision, sorted(s.fixed.items())
+('gpt3-1.3b', 16, 256, 2048, 'bf16', [('micro_batch', 1), ('tp', 2)])
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ class SearchInputs:
 
     def fix_with(self, fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
         """These fixed fields and ``fix`` (--fix) together; a field given both ways must agree."""
-        from .search.space import parse_fixed
+        from .specs.plan import parse_fixed
         extra = parse_fixed(fix)
         for k, v in extra.items():
             if k in self.fixed and self.fixed[k] != v:
@@ -156,7 +156,7 @@ def search_inputs(options: JobOptions) -> SearchInputs:
     given = {k: getattr(p, k) for k in p.model_fields_set}
     gb = given.pop("global_batch", DEFAULT_GLOBAL_BATCH)
     given.pop("precision", None)
-    from .search.space import FIXABLE
+    from .specs.plan import FIXABLE
     for k in given:
         if k not in FIXABLE:
             raise PlanError(f"plan.{k}", "the search cannot hold this field fixed",

@@ -125,11 +125,14 @@ from .workload.ops import Phase as _Phase  # noqa: E402
 _RECOMPUTE = _Phase.RECOMPUTE
 
 
-def resolve_profile(profile: HardwareProfile | str | Path | None, job: TrainingJob) -> HardwareProfile | None:
-    """A HardwareProfile as given, or one read from a measured profile file (``clustertwin calibrate``)."""
-    if profile is None or isinstance(profile, HardwareProfile):
+def resolve_profile(profile: HardwareProfile | str | Path | None, job: TrainingJob) -> HardwareProfile:
+    """A HardwareProfile as given, one read from a measured profile file (``clustertwin calibrate``), or
+    with none given the GPU's shipped measured profile, else its architecture's defaults."""
+    from .calibrate.profile import load_profile, profile_for
+    if profile is None:
+        return profile_for(job.cluster.gpu)
+    if isinstance(profile, HardwareProfile):
         return profile
-    from .calibrate.profile import load_profile
     return load_profile(profile).to_hardware_profile(job.cluster.gpu)
 
 

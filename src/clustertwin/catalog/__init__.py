@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ..errors import DataError, SpecError
 from ..specs import ClusterSpec, GPUSpec, ModelSpec, NodeSpec
-from ..specs.plan import _first_error
+from ..specs.plan import first_error
 
 CATALOG_DIR = Path(__file__).parent
 KINDS = ("models", "gpus", "nodes", "clusters")
@@ -108,7 +108,7 @@ def _build(cls, data: dict, field: str):
     try:
         return cls(**clean)
     except ValidationError as e:
-        f, problem, fix = _first_error(e, field)
+        f, problem, fix = first_error(e, field)
         raise SpecError(f, problem, fix) from None
 
 

@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..calibrate.profile import profile_for
 from ..errors import ClusterTwinError, DataError
 from ..schedule.step import Pricer
 from ..sim.layout import StageDP, block_of, chunk_segments, segment_weight
@@ -356,7 +357,7 @@ class ChakraExport:
 def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[_Template]:
     """One template per pipeline stage: the nodes every rank of that stage runs."""
     pb = _pb()
-    pricer = pricer or Pricer(graph)
+    pricer = pricer or Pricer(graph, profile_for(graph.job.cluster.gpu))
     plan = graph.plan
     p, v, m = plan.pp, plan.vpp, graph.num_microbatches
     tp, overlap_tp = plan.tp, bool(plan.overlap_tp_comm)

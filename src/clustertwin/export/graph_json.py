@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cost.profile import HardwareProfile
+from ..calibrate.profile import profile_for
 from ..errors import DataError
 from ..schedule.step import Pricer
 from ..sim.layout import chunk_segments
@@ -32,7 +33,7 @@ def _schedule_kind(graph: WorkloadGraph) -> str:
 
 def graph_to_json(graph: WorkloadGraph, profile: HardwareProfile | None = None) -> dict[str, Any]:
     """The document (a dict ready for json.dump)."""
-    pricer = Pricer(graph, profile)
+    pricer = Pricer(graph, profile or profile_for(graph.job.cluster.gpu))
     job, plan = graph.job, graph.plan
     ids: dict[Op, int] = {}
     ops: list[dict[str, Any]] = []

@@ -281,9 +281,10 @@ class _Collector:
 
 def _sample_space(space, k: int, seed: int) -> tuple[tuple[Any, _Collector] | None, str]:
     """Every feasible plan of ``space`` priced as the search prices them, sampled."""
+    from ..calibrate.profile import profile_for
     from ..schedule.batch import BatchPricer
     try:
-        pricer = BatchPricer(space)
+        pricer = BatchPricer(space, profile_for(space.cluster.gpu))
         structures, _, _ = space.structures()
         col = _Collector(k, seed)
         pricer.price(structures, col)

@@ -27,10 +27,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..arith import Num
-from ..calibrate.profile import profile_for
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
-from ..cost.profile import HardwareProfile
+from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
 from ..parallel.rules import Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
@@ -293,7 +292,7 @@ class BatchPricer:
         self._key = _shape_key(plans)
         self.model = plans.model
         self.fw = for_plan(get_framework(plans.framework), SimpleNamespace(**plans.fixed))
-        self.profile = profile or profile_for(plans.cluster.gpu)
+        self.profile = profile or default_profile(plans.cluster.gpu)
         self.network = NetworkPricer(plans.cluster, self.profile)
         self.kernel = plans.fixed.get("attention_kernel") or self.fw.attention_kernel
         self.etp = plans.fixed.get("etp")

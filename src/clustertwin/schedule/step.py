@@ -20,9 +20,8 @@ from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer
 from ..specs.framework import FrameworkProfile
-from ..calibrate.profile import profile_for
 from ..cost.network import NetworkPricer
-from ..cost.profile import HardwareProfile
+from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
 from ..specs.hardware import ClusterSpec
 from ..workload.graph import WorkloadGraph
@@ -97,7 +96,7 @@ class Pricer:
 
     def _setup(self, cluster, plan, framework, profile, compute=None, network=None) -> None:
         gpu = cluster.gpu
-        self.profile = profile or profile_for(gpu)
+        self.profile = profile or default_profile(gpu)
         self.compute = compute or ComputePricer(gpu, self.profile, framework, tp_overlap_chunks(plan), plan.cp)
         self.network = network or NetworkPricer(cluster, self.profile)
         self.groups = group_placements(plan, cluster.gpus_per_node)

@@ -36,7 +36,7 @@ from ..parallel.rules import RULES, Capabilities, PlanFacts, Rule, first_broken,
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.framework import get_framework
 from ..schedule.batch import PlanSet, Structure
-from ..specs.plan import Plan
+from ..specs.plan import FIXABLE, Plan, parse_fixed  # noqa: F401 (the search's --fix)
 
 # reason key -> what it means (the keys are stable: they appear in the JSON output): the rules of
 # parallel/rules.py the search can break, in their order, and memory, which the evaluator decides
@@ -44,10 +44,6 @@ PRUNE_REASONS: dict[str, str] = {**{r.name: r.describe for r in RULES if r.stage
                                  "memory": "does not fit in the memory allowed per GPU"}
 
 # plan fields --fix may hold (the rest of a plan is set by the job: precision, global batch)
-FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
-           "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-           "moe_dispatcher", "grad_reduce_dtype")
-
 
 def plan_limit(name: str) -> int:
     """The largest value a Plan accepts for a size (its validator's bound)."""
@@ -241,19 +237,3 @@ def make_space(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
         raise SpecError("precision", f"unknown precision {prec!r}", "use bf16, fp16, fp8 or fp32")
     fw = get_framework(framework).name
     return SearchSpace(model, cluster, global_batch, seq_len, prec, fw, fixed, float(max_memory_fraction))
-
-
-def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Plan fields held fixed: "tp=8,pp=4,sp=1" (the --plan syntax) or a mapping of Plan fields."""
-    from ..specs import make_plan, parse_plan
-    if fix is None or fix == "":
-        return {}
-    plan: Plan = parse_plan(fix) if isinstance(fix, str) else make_plan(**dict(fix))
-    fields = {k: getattr(plan, k) for k in plan.model_fields_set}
-    if "global_batch" in fields:
-        raise PlanError("fix.global_batch", "the global batch is part of the job, not of the plan searched",
-                        "give it with --global-batch")
-    extra = set(fields) - set(FIXABLE) - {"precision"}
-    if extra:
-        raise PlanError(f"fix.{sorted(extra)[0]}", "cannot be held fixed", f"fix one of {', '.join(FIXABLE)}")
-    return fields

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..catalog import read_data_file
 from ..errors import ClusterTwinError, DataError, SpecError
-from ..specs.plan import _first_error
+from ..specs.plan import first_error
 from ..units import parse_quantity
 from .executors import make_executor
 from .tuner import OBJECTIVES
@@ -141,7 +141,7 @@ def make_spec(data: dict) -> SweepSpec:
     try:
         return SweepSpec(**data)
     except ValidationError as e:
-        raise SpecError(*_first_error(e, "spec")) from None
+        raise SpecError(*first_error(e, "spec")) from None
 
 
 def cell_id(cell: dict) -> str:

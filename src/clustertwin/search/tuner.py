@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..catalog import load_model
+from ..calibrate.profile import profile_for
 from ..errors import PlanError, SpecError
 from ..predict import Prediction, predict_job, resolve_cluster
 from ..specs import ClusterSpec, ModelSpec, make_job
@@ -215,7 +216,7 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
     c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
     space = make_space(m, c, global_batch, seq_len or min(m.max_seq_len, 8192), precision=precision,
                        framework=framework, fix=fix, max_memory_fraction=max_memory_fraction)
-    evaluator = BatchPricer(space)
+    evaluator = BatchPricer(space, profile_for(space.cluster.gpu))
     keep = max(top, shortlist) if objective != "time" else top
 
     structures, pruned, evaluated = space.structures()

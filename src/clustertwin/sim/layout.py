@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..schedule.step import BUCKET_ELEMENTS
 from ..specs import stage_layer_split
-from ..workload.graph import Block, StageGraph, WorkloadGraph, _layer_params_per_rank
+from ..workload.graph import Block, StageGraph, WorkloadGraph, layer_params_per_rank
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,7 @@ def chunk_segments(graph: WorkloadGraph) -> list[list[list[Segment]]]:
             if i == 0 and j == 0 and "embedding" in names:
                 segs.append(Segment("embedding", -1, emb_params, 0.0))
             for li in range(starts[c], starts[c + 1]):
-                d, e = _layer_params_per_rank(model, li, plan)
+                d, e = layer_params_per_rank(model, li, plan)
                 layer_dense += d
                 segs.append(Segment("moe_layer" if model.is_moe_layer(li) else "layer", li, d, e))
             if i == p - 1 and j == v - 1 and "head" in names:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from ..cost.profile import HardwareProfile
+from ..calibrate.profile import profile_for
 from ..errors import PlanError
 from ..schedule.step import Pricer
 from ..specs import TrainingJob
@@ -473,7 +474,7 @@ def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, 
             raise PlanError("slow_rank", f"{slow_rank} is not a rank of this job", f"give a rank in 0..{n - 1}")
     if not (slowdown > 0 and slowdown < 1e6):
         raise PlanError("slowdown", f"{slowdown} is not a positive factor", "give e.g. 1.1 for a GPU 10% slower")
-    pricer = Pricer(graph, profile)
+    pricer = Pricer(graph, profile or profile_for(job.cluster.gpu))
     rep = _Replay(graph, pricer, slow_rank, slowdown)
     rep.build()
     step = rep.run()

@@ -336,8 +336,8 @@ def model_from_hf_config(data: dict, name: str = "") -> ModelSpec:
     try:
         return ModelSpec(name=label, family=_FAMILY.get(model_type, model_type), source=source, **fields)
     except ValidationError as e:
-        from .plan import _first_error
-        field, problem, fix = _first_error(e, "model")
+        from .plan import first_error
+        field, problem, fix = first_error(e, "model")
     except SpecError as e:  # ModelSpec's own consistency checks (heads, experts)
         field, problem, fix = e.field, e.problem, e.fix
     # name the config.json key the user can edit, not ModelSpec's field

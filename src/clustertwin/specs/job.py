@@ -12,7 +12,7 @@ from ..parallel.rules import JobFacts, PlanFacts, check_rules
 from .framework import FrameworkProfile, get_framework
 from .hardware import ClusterSpec
 from .model import Frozen, ModelSpec
-from .plan import Plan, ResolvedPlan, _first_error
+from .plan import Plan, ResolvedPlan, first_error
 
 Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile"]
 FRAMEWORKS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile")
@@ -60,7 +60,7 @@ def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | 
     try:
         return TrainingJob(model=model, cluster=cluster, plan=resolved, seq_len=s, framework=framework, tokens=tokens)
     except ValidationError as e:
-        raise PlanError(*_first_error(e, "job")) from None
+        raise PlanError(*first_error(e, "job")) from None
 
 
 __all__ = ["Framework", "FRAMEWORKS", "TrainingJob", "check_plan", "make_job", "stage_layer_split"]

@@ -9,7 +9,7 @@ dp x cp for the expert layers). ``dp`` may be left out and is then derived from 
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import Field, ValidationError, field_validator
 
@@ -208,7 +208,7 @@ def make_plan(**fields) -> Plan:
     try:
         return Plan(**fields)
     except ValidationError as e:
-        raise PlanError(*_first_error(e, "plan")) from None
+        raise PlanError(*first_error(e, "plan")) from None
 
 
 def _safe_repr(value: object, limit: int = 60) -> str:
@@ -219,7 +219,7 @@ def _safe_repr(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
+def first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
     err = e.errors()[0]
     loc = ".".join(str(x) for x in err["loc"])
     field = f"{prefix}.{loc}" if loc else prefix
@@ -237,3 +237,24 @@ def _first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
     if err["type"] != "missing" and not isinstance(value, dict):
         msg = f"{msg} (got {_safe_repr(value)})"
     return field, msg, fix
+
+
+# plan fields a search may hold fixed (the rest of a plan is set by the job: precision, global batch)
+FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
+           "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
+           "moe_dispatcher", "grad_reduce_dtype")
+
+
+def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Plan fields held fixed: "tp=8,pp=4,sp=1" (the --plan syntax) or a mapping of Plan fields."""
+    if fix is None or fix == "":
+        return {}
+    plan: Plan = parse_plan(fix) if isinstance(fix, str) else make_plan(**dict(fix))
+    fields = {k: getattr(plan, k) for k in plan.model_fields_set}
+    if "global_batch" in fields:
+        raise PlanError("fix.global_batch", "the global batch is part of the job, not of the plan searched",
+                        "give it with --global-batch")
+    extra = set(fields) - set(FIXABLE) - {"precision"}
+    if extra:
+        raise PlanError(f"fix.{sorted(extra)[0]}", "cannot be held fixed", f"fix one of {', '.join(FIXABLE)}")
+    return fields

@@ -161,7 +161,7 @@ def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: Layer
                     op.group, op.comm_bytes, op.overlappable, op.layer) for op in ops)
 
 
-def _layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[float, float]:
+def layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[float, float]:
     """(dense, expert) parameters of one layer on one rank."""
     t, etp = plan.tp, expert_tp(plan)
     norms = 2 * model.norm_params
@@ -191,7 +191,7 @@ def stage_params(model: ModelSpec, plan: Plan, layer_ids: list[int], first: bool
     (untied, or tied across a pipeline) and the final norm on the last."""
     dense_p = expert_p = emb_p = 0.0
     for li in layer_ids:
-        d, e = _layer_params_per_rank(model, li, plan)
+        d, e = layer_params_per_rank(model, li, plan)
         dense_p += d
         expert_p += e
     if first:
