@@ -6,7 +6,7 @@ Quantities may be given as strings ("80GB", "3.35TB/s", "400Gbps", "989TFLOPS") 
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -44,10 +44,10 @@ class GPUSpec(Frozen):
                                       "to, when tdp_w is a lower power cap; None = tdp_w")
     sm_count: int = Field(108, gt=0, description="SMs/CUs: bounds how small GEMMs fill the chip")
 
-    _p_hbm = field_validator("hbm_bytes", mode="before")(classmethod(_q("bytes")))
-    _p_bw = field_validator("hbm_bandwidth_bytes_per_s", "scaleup_bandwidth_bytes_per_s",
+    _p_hbm: Any = field_validator("hbm_bytes", mode="before")(classmethod(_q("bytes")))
+    _p_bw: Any = field_validator("hbm_bandwidth_bytes_per_s", "scaleup_bandwidth_bytes_per_s",
                             "pcie_bandwidth_bytes_per_s", mode="before")(classmethod(_q("bandwidth")))
-    _p_tdp = field_validator("tdp_w", "rated_tdp_w", mode="before")(classmethod(_q("power")))
+    _p_tdp: Any = field_validator("tdp_w", "rated_tdp_w", mode="before")(classmethod(_q("power")))
 
     @property
     def power_clock_scale(self) -> float:
@@ -89,7 +89,7 @@ class GPUSpec(Frozen):
         """Dense peak for ``dtype``; falls back fp8 -> bf16 -> fp16 where a dtype is not supported."""
         for d in (dtype, "bf16" if dtype in ("fp8", "fp4", "fp16") else dtype, "fp16"):
             if d in self.peak_flops:
-                return self.peak_flops[d]  # type: ignore[index]
+                return self.peak_flops[d]
         return max(self.peak_flops.values())
 
 
@@ -106,7 +106,7 @@ class NodeSpec(Frozen):
     nics_per_node: int = Field(8, gt=0, le=64)
     nic_bandwidth_bytes_per_s: float = Field(gt=0, description="per NIC, one direction")
 
-    _p_bw = field_validator("scaleup_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s",
+    _p_bw: Any = field_validator("scaleup_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s",
                             mode="before")(classmethod(_q("bandwidth")))
 
     @property
@@ -138,7 +138,7 @@ class ClusterSpec(Frozen):
     inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-1,
                                         description="per collective step across the network")
 
-    _p_lat = field_validator("intra_node_latency_s", "inter_node_latency_s", mode="before")(classmethod(_q("latency")))
+    _p_lat: Any = field_validator("intra_node_latency_s", "inter_node_latency_s", mode="before")(classmethod(_q("latency")))
 
     @property
     def gpu(self) -> GPUSpec:

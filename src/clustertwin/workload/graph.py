@@ -102,7 +102,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
     t, cp = plan.tp, plan.cp
     etp = expert_tp(plan)
     act_bytes = 4 if plan.precision == "fp32" else 2
-    mla = ()
+    mla: tuple[int, ...] = ()
     if model.mla:
         mla = (model.mla.q_lora_rank or 0, model.mla.kv_lora_rank, model.mla.qk_rope_head_dim)
     return LayerContext(
@@ -121,7 +121,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
     )
 
 
-def _node_dedup(model: ModelSpec, plan) -> tuple[int, int, int]:
+def _node_dedup(model: ModelSpec, plan) -> tuple[int, ...]:
     """(top_k, expert groups, groups per token) when the dispatcher sends one copy per target node
     (deepep), else () for the plain all-to-all."""
     if not model.is_moe or plan.ep <= 1 or (getattr(plan, "moe_dispatcher", None) or "alltoall") != "deepep":
@@ -153,7 +153,7 @@ def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: Layer
         ops = fwd
     elif mode == "selective":
         ops = core
-    elif mode == "selective_ops":
+    elif mode == "selective_ops" and c is not None:
         ops = op_sac_recompute(c, fwd)
     else:
         return ()
