@@ -70,7 +70,6 @@ class FrameworkProfile:
     # bytes/param). False: fp32 weights used through autocast, Adam moments only (PyTorch AMP, FSDP2
     # with fp32 sharded params: 4 + 4 + 8 bytes/param, plus a 16-bit copy of the weights in use).
     master_in_optimizer: bool = True
-    step_overhead_s: float = 0.0           # per-iteration host work: data loading, loss reduction, logging
     moe_dispatcher: str = "alltoall"       # MoE token dispatch: alltoall (one copy per expert) | deepep
     # what recompute=selective repeats: "attention" (Megatron: the attention core, Korthikanti et al.
     # 2022) or "ops" (torchtitan's op-level SAC: keeps attention and every other matmul output)
