@@ -30,7 +30,9 @@ GlobalBatchOpt = typer.Option(None, "--global-batch", help="sequences per iterat
 SeqLenOpt = typer.Option(None, "--seq-len", help="tokens per sequence [default: the model's, at most 8192]")
 PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32 [default: bf16]")
 FrameworkOpt = typer.Option(DEFAULT_FRAMEWORK, "--framework",
-                            help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile")
+                            help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile, a "
+                                 "release (megatron-lm@2021, megatron-deepspeed, nemo@24.07, torchtitan-compile, ...) "
+                                 "or family@version (megatron@2022)")
 ProfileOpt = typer.Option(None, "--profile", help="measured hardware profile (clustertwin calibrate)")
 
 # name, type, option: the order of --help

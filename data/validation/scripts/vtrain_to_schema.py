@@ -155,7 +155,7 @@ def convert(repo: str) -> list[dict[str, str]]:
             "micro_batch": str(mb),
             "global_batch": str(gb),
             "precision": "fp16",
-            "framework": "deepspeed",
+            "framework": "megatron-deepspeed",   # the stack data/README.md names (a profile of its own)
             "metric": "iteration_time_s",
             "value": str(Decimal(src[TIME_COLUMN]).scaleb(-3)),   # exact: ms -> s
             "notes": notes,

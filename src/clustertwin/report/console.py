@@ -156,7 +156,8 @@ def validation_tables(rep: ValidationReport) -> list:
     """`clustertwin validate`: the rows, then the counts and the errors."""
     by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
     return [validation_table(rep),
-            f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}",
+            f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}"
+            + (f", predicted not to fit in GPU memory: {len(rep.not_fitting)}" if rep.not_fitting else ""),
             f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%"]
 
 
@@ -170,7 +171,8 @@ def validation_table(rep: ValidationReport) -> Table:
             t.add_row(r.run_id, r.metric, f"{r.measured:.4g}", "[red]failed[/red]", r.reason[:60])
             continue
         style = "green" if abs(r.error) <= 0.08 else ("yellow" if abs(r.error) <= 0.2 else "red")
-        t.add_row(r.run_id, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"[{style}]{r.error * 100:+.1f}%[/{style}]")
+        predicted = f"{r.predicted:.4g}" + (" [red](does not fit)[/red]" if r.fits is False else "")
+        t.add_row(r.run_id, r.metric, f"{r.measured:.4g}", predicted, f"[{style}]{r.error * 100:+.1f}%[/{style}]")
     return t
 
 

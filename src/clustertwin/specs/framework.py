@@ -43,6 +43,7 @@ Capabilities (which plans a framework can run; ``parallel/rules.py`` turns them 
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from ..errors import SpecError
@@ -58,6 +59,9 @@ class FrameworkProfile:
     fused_rope: bool = True
     fused_cross_entropy: bool = True       # logits read once, no fp32 copy of the logits kept
     grad_reduce_bytes: int = 4             # bytes per gradient element in the DP reduction
+    # bytes per gradient element under fp16 training when the stack reduces in the parameter dtype
+    # (None: grad_reduce_bytes whatever the precision)
+    grad_reduce_bytes_fp16: int | None = None
     cpu_dispatch_s: float = 4e-6           # host time to launch one kernel (bounds tiny kernels)
     kernel_gap_s: float = 1e-6             # GPU idle between consecutive kernels
     overlap_dp_comm: bool = True
@@ -79,59 +83,287 @@ class FrameworkProfile:
     fsdp_unsharded_with_pp: bool = False
     # which plans it can run (module docstring; parallel/rules.py checks them)
     capabilities: Capabilities = Capabilities()
+    # what a run of this stack does when its description is silent (validate states it as an assumption)
+    default_zero_stage: int = 1            # ZeRO stage without a ZeRO/FSDP flag
+    sp_with_tp: bool = True                # sequence parallelism whenever tp > 1
+    # the stack this profile describes: its family (what a CSV's `framework` column names) and the
+    # release it documents (YYYY-MM), which orders the versions of one family
+    family: str = ""
+    released: str = ""
 
 
-FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
-    # Megatron-LM / Megatron-Core as run in its papers: fused kernels, no TP overlap by default.
-    # Megatron-Core as its performance recipes run it (README: --overlap-grad-reduce
-    # --overlap-param-gather --tp-comm-overlap, distributed optimizer, TE flash attention).
-    # The loss is Megatron's vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless
-    # --cross-entropy-loss-fusion is given (off by default).
-    "megatron": FrameworkProfile("megatron", overlap_tp_comm=True, fused_cross_entropy=False),
-    # NeMo recipes on Megatron-Core: the same kernels and overlaps; its performance recipes (what
-    # NVIDIA's published NeMo/DGX Cloud figures run: pretrain_recipe(performance_mode=True) and
-    # scripts/performance) set grad_reduce_in_fp32 = False, "bf16 grad dtype": 2-byte gradient
-    # buffers and reductions.
-    "nemo": FrameworkProfile("nemo", overlap_tp_comm=True, grad_reduce_bytes=2),
-    # DeepSpeed with Megatron-style kernels; ZeRO comes from the plan.
-    "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6,
-                                  capabilities=Capabilities(sharded_grads_with_pp=False, interleaved_pp=False,
-                                                            context_parallel=False, expert_tp_any=False)),
-    "torchtitan": FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
-                                   fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6,
-                                   master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
-                                   fsdp_unsharded_with_pp=True,
-                                   capabilities=Capabilities(zero_stages=(0, 2, 3), ddp_with_model_parallel=False,
-                                                             expert_tp_any=False)),
-    "pytorch-eager": FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
-                                      fused_cross_entropy=False, grad_reduce_bytes=4, cpu_dispatch_s=8e-6,
-                                      kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,
-                                      master_in_optimizer=False,
-                                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False)),
-    "pytorch-compile": FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
-                                        fused_cross_entropy=True, cpu_dispatch_s=5e-6, kernel_gap_s=1e-6,
-                                        base_memory_bytes=0.6e9, allocator_overhead=0.03,
-                                        master_in_optimizer=False,
-                                        capabilities=Capabilities(expert_parallel=False)),
-}
+_DEEPSPEED_CAPS = Capabilities(sharded_grads_with_pp=False, interleaved_pp=False, context_parallel=False,
+                               expert_tp_any=False)
+_TORCHTITAN_CAPS = Capabilities(zero_stages=(0, 2, 3), ddp_with_model_parallel=False, expert_tp_any=False)
+# Megatron-LM before Megatron-Core: the interleaved schedule (--num-layers-per-virtual-pipeline-stage,
+# SC21) but no context parallelism, no MoE (the tag megatron-main-before-moe is of 2023-02) and no
+# --tp-comm-overlap (2023-10); ZeRO-0 only in 2021, ZeRO-1 (--use-distributed-optimizer) from 2022
+_MEGATRON_2021_CAPS = Capabilities(zero_stages=(0,), context_parallel=False, expert_parallel=False, tp_overlap=False)
+_MEGATRON_2022_CAPS = Capabilities(zero_stages=(0, 1), context_parallel=False, expert_parallel=False,
+                                   tp_overlap=False)
+# Megatron-DeepSpeed / DeepSpeed 2021: DeepSpeed's pipeline engine and ZeRO, no TP communication
+# overlap option in either
+_DEEPSPEED_NO_TP_OVERLAP_CAPS = replace(_DEEPSPEED_CAPS, tp_overlap=False)
+# async TP is an Inductor pass: only a compiled torchtitan overlaps TP
+_TORCHTITAN_EAGER_CAPS = replace(_TORCHTITAN_CAPS, tp_overlap=False)
+
+# ---- versioned stacks: kernels and defaults are properties of the framework and its release --------
+_STACKS: tuple[FrameworkProfile, ...] = (
+    # Megatron-LM v2.5 (tag of 2021-08-10), the code of Narayanan et al. SC21 (arXiv 2104.04473):
+    # - attention: scale + mask + softmax fused (--no-masked-softmax-fusion turns it off, so on by
+    #   default) around two batched GEMMs; FlashAttention reached Megatron-LM only in Dec 2022
+    #   (commit d693034 "Integrate FlashAttention into Megatron-LM", opt-in --use-flash-attn)
+    # - no TP communication overlap (--tp-comm-overlap arrived Oct 2023, commit 116ffdd)
+    # - --DDP-impl local (default): gradients all-reduced after the backward of all micro-batches
+    #   (training.py: model.allreduce_gradients() after forward_backward_func), not overlapped;
+    #   in the parameter dtype unless --accumulate-allreduce-grads-in-fp32 (store_true; forced for bf16):
+    #   2 bytes under fp16, 4 under bf16 (megatron/model/distributed.py, arguments.py)
+    # - pipeline send/recv blocking: batch_isend_irecv, req.wait(), torch.cuda.synchronize()
+    #   (p2p_communication.py); --overlap-p2p-communication came with Megatron-Core
+    # - no distributed optimizer (ZeRO-1 arrived in 2022: --use-distributed-optimizer) and no
+    #   sequence parallelism (Korthikanti et al. 2022): ZeRO-0, sp off
+    # - vocab-parallel cross-entropy in PyTorch ops on fp32 logits (--fp16-lm-cross-entropy off)
+    FrameworkProfile("megatron-lm@2021", attention_kernel="unfused", fused_cross_entropy=False,
+                     grad_reduce_bytes_fp16=2, overlap_dp_comm=False, overlap_pp_comm=False, overlap_tp_comm=False,
+                     default_zero_stage=0, sp_with_tp=False, capabilities=_MEGATRON_2021_CAPS, family="megatron",
+                     released="2021-08"),
+    # Megatron-LM as of Korthikanti et al. 2022 (arXiv 2205.05198; tree of 2022-07, commit 2755bcb):
+    # the same fused-softmax attention, local DDP and blocking p2p as 2021; --sequence-parallel and
+    # --use-distributed-optimizer exist but are opt-in (store_true), so ZeRO-0 and sp off unless stated
+    FrameworkProfile("megatron-lm@2022", attention_kernel="unfused", fused_cross_entropy=False,
+                     grad_reduce_bytes_fp16=2, overlap_dp_comm=False, overlap_pp_comm=False, overlap_tp_comm=False,
+                     default_zero_stage=0, sp_with_tp=False, capabilities=_MEGATRON_2022_CAPS, family="megatron",
+                     released="2022-05"),
+    # Megatron-Core as its 2024 performance runs use it (releases core_v0.5.0 2024-02 .. core_r0.10.0;
+    # Megatron-LM README "Training Speed and Scalability", core_r0.8.0): Transformer Engine attention
+    # (FlashAttention / cuDNN fused attention), --overlap-grad-reduce --overlap-param-gather
+    # --tp-comm-overlap, distributed optimizer (ZeRO-1), sequence parallelism with TP. The loss is the
+    # vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless --cross-entropy-loss-fusion
+    # (off by default). bf16 gradients reduced in fp32 ("bfloat16 requires gradient accumulation and
+    # all-reduce to be done in fp32", arguments.py).
+    FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False,
+                     family="megatron", released="2024-01"),
+    # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
+    # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
+    # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16
+    # (NVIDIA/NeMo-Framework-Launcher examples/training/llama/h100/*_bf16.sh); the NeMo 2.0 performance
+    # recipes (pretrain_recipe(performance_mode=True), scripts/performance) set grad_reduce_in_fp32 =
+    # False. Both releases below differ in nothing this profile models; they are kept apart so a run
+    # names its release and a later difference has a place.
+    FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, family="nemo", released="2024-07"),
+    FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, family="nemo", released="2025-02"),
+    # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
+    # - attention: FusedScaleMaskSoftmax (masked_softmax_fusion on by default) unless
+    #   --use-flash-attn / --use-flash-attn-v2 / --use-flash-attn-triton (all store_true): unfused
+    # - fused bias-GeLU and bias-dropout-add (--no-bias-gelu-fusion / --no-bias-dropout-fusion turn
+    #   them off); no fused RoPE; Megatron's vocab-parallel cross-entropy in PyTorch ops
+    # - no TP overlap; pipeline p2p through DeepSpeed's engine: blocking dist.send / dist.recv
+    #   (deepspeed/runtime/pipe/p2p.py); --overlap-p2p-communication opt-in
+    # - DP through the DeepSpeed engine: overlap_comm defaults to False below ZeRO-3
+    #   (deepspeed/runtime/zero/config.py), gradients reduced in the training dtype
+    #   (engine.communication_data_type: fp16 under fp16)
+    FrameworkProfile("megatron-deepspeed", attention_kernel="unfused", fused_rope=False, fused_cross_entropy=False,
+                     grad_reduce_bytes_fp16=2, cpu_dispatch_s=6e-6, overlap_dp_comm=False, overlap_pp_comm=False,
+                     default_zero_stage=0, sp_with_tp=False, capabilities=_DEEPSPEED_NO_TP_OVERLAP_CAPS,
+                     family="megatron-deepspeed"),
+    # DeepSpeed ZeRO-3 as released in 2021 (v0.5.8, 2021-12): overlap_comm defaults to True under
+    # ZeRO-3 (ZERO3_OPTIMIZATION_OVERLAP_COMM_DEFAULT), parameters prefetched in 5e7-element buckets
+    # (stage3_prefetch_bucket_size) with at most 1e9 live (stage3_max_live_parameters); fp16 gradients
+    # reduced in fp16 (allreduce_always_fp32 off). Attention unfused: FlashAttention was published in
+    # May 2022 (arXiv 2205.14135); the models run with it then used Megatron's fused softmax or
+    # eager softmax.
+    FrameworkProfile("deepspeed-zero3@2021", attention_kernel="unfused", fused_rope=False, fused_cross_entropy=False,
+                     grad_reduce_bytes_fp16=2, cpu_dispatch_s=6e-6, overlap_pp_comm=False, default_zero_stage=3,
+                     sp_with_tp=False, capabilities=_DEEPSPEED_NO_TP_OVERLAP_CAPS, family="deepspeed",
+                     released="2021-12"),
+    # torchtitan as benchmarked in docs/performance.md (torchtitan 9dec370 of 2024-12-26, torch nightly
+    # 1963fc8 of 2024-12-23):
+    # - attention: F.scaled_dot_product_attention(is_causal=True) (models/llama/model.py), which ran
+    #   FlashAttention-2 on Hopper (cuDNN attention was opt-in, pytorch/pytorch#138522)
+    # - eager: RoPE as complex multiplication in fp32 (view_as_complex(xq.float()...)), SwiGLU as
+    #   F.silu(w1(x)) * w3(x), residual adds: one kernel per elementwise op, nothing fused
+    # - compile: torch.compile on each TransformerBlock (parallelize_llama.py apply_compile), so
+    #   Inductor fuses the block's elementwise ops (RoPE, SwiGLU, residual); the output layer and the
+    #   loss stay eager (train.py: "if job_config.training.compile: loss_fn = torch.compile(loss_fn)"
+    #   commented out)
+    # - FSDP2 (ZeRO-3) by default, TP always with sequence parallelism (SequenceParallel on the norms)
+    FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
+                     fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6, master_in_optimizer=False,
+                     selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
+                     capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
+    FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
+                     fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6, master_in_optimizer=False,
+                     selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
+                     capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
+)
+
+# ---- the unversioned names, as they were before versions (the CLI's and the search's stacks) -------
+_BASE: tuple[FrameworkProfile, ...] = (
+    # = megatron-core@2024 (the same defaults under the old name)
+    replace(_STACKS[2], name="megatron", released=""),
+    # = nemo@25.02 (the same defaults under the old name)
+    replace(_STACKS[4], name="nemo", released=""),
+    # DeepSpeed with Megatron-style kernels and flash attention; ZeRO comes from the plan. Not a
+    # documented release: name megatron-deepspeed or deepspeed-zero3@2021 for those stacks.
+    FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6, default_zero_stage=0, sp_with_tp=False,
+                     capabilities=_DEEPSPEED_CAPS, family="deepspeed"),
+    # torchtitan before eager and compiled runs were told apart: torchtitan-eager's kernels but a fused
+    # RoPE (kept as it was; name torchtitan-eager or torchtitan-compile for a documented stack)
+    FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
+                     fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6,
+                     master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
+                     fsdp_unsharded_with_pp=True, capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
+                     family="torchtitan"),
+    FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
+                     fused_cross_entropy=False, grad_reduce_bytes=4, cpu_dispatch_s=8e-6,
+                     kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,
+                     master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
+                     capabilities=Capabilities(expert_parallel=False, tp_overlap=False), family="pytorch"),
+    FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
+                     fused_cross_entropy=True, cpu_dispatch_s=5e-6, kernel_gap_s=1e-6,
+                     base_memory_bytes=0.6e9, allocator_overhead=0.03,
+                     master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
+                     capabilities=Capabilities(expert_parallel=False), family="pytorch"),
+)
+
+FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {fw.name: fw for fw in _BASE + _STACKS}
+
+# other spellings of a profile's name
+_ALIASES = {"megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron", "eager": "pytorch-eager",
+            "compile": "pytorch-compile", "torch-compile": "pytorch-compile", "pytorch": "pytorch-eager",
+            "megatron-ds": "megatron-deepspeed", "torchtitan-compiled": "torchtitan-compile"}
+# what a family name before "@" may be spelled as
+_FAMILIES = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
+             "nemo": "nemo", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+# Megatron-Core releases by date (the tags' dates in NVIDIA/Megatron-LM: core_v0.4.0 2023-12-11,
+# core_v0.5.0 2024-02-26, core_v0.6.0 2024-04-18, core_v0.7.0 2024-05-30, core_r0.8.0 2024-08-12,
+# core_r0.9.0 2024-10-24, core_r0.10.0 2025-02-17, v0.11.0 2025-03-14, v0.12.0rc2 2025-04-08)
+_MCORE_RELEASES = {4: (2023, 12), 5: (2024, 2), 6: (2024, 4), 7: (2024, 5), 8: (2024, 8), 9: (2024, 10),
+                   10: (2025, 2), 11: (2025, 3), 12: (2025, 4)}
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def parse_version(family: str, version: str) -> tuple[int, int] | None:
+    """(year, month) of a release as a source writes it: 2021 (read as its December), 2024-12, 24.07 / 25.02.01 (NeMo's
+    year.month containers), core_r0.8.0 / 0.8 (Megatron-Core). None when it cannot be read."""
+    v = version.strip().lower()
+    m = re.fullmatch(r"(?:core[-_]?)?[rv]?0\.(\d+)(?:\.\d+)?(?:rc\d+)?", v)
+    if m and family == "megatron":
+        minor = int(m.group(1))
+        if minor in _MCORE_RELEASES:
+            return _MCORE_RELEASES[minor]
+        return None
+    m = re.fullmatch(r"v?(20\d\d)(?:[-./](\d{1,2}))?(?:[-./]\d{1,2})?", v)
+    if m:   # a bare year: any release of that year
+        return int(m.group(1)), int(m.group(2) or 12)
+    m = re.fullmatch(r"v?(\d\d)\.(\d\d)(?:\.\d+)*", v)
+    if m and 1 <= int(m.group(2)) <= 12:
+        return 2000 + int(m.group(1)), int(m.group(2))
+    return None
+
+
+def family_versions(family: str) -> list[FrameworkProfile]:
+    """The documented releases of one family (torchtitan's differ by compile, not by date)."""
+    return sorted((fw for fw in _STACKS if fw.family == family and family != "torchtitan"), key=lambda f: f.released)
+
+
+def resolve_stack(framework: str, version: str | None = None, compile: bool | None = None) -> tuple[str, str]:
+    """The profile a run of ``framework`` (a family or a profile name) at ``version`` with or
+    without torch.compile ran on, and how it was chosen ("" when named outright). A version picks
+    the family's latest documented release at or before it (the earliest when it precedes them all)."""
+    key = _key(framework)
+    field = "framework_version"
+    if "@" in key and not version:
+        key, version = key.split("@", 1)
+        field = "framework"
+    name = _ALIASES.get(key, key)
+    family = _FAMILIES.get(key)
+    if version and family is None and name in FRAMEWORK_PROFILES:
+        family = FRAMEWORK_PROFILES[name].family or None
+    if family == "torchtitan" and compile is not None:
+        return ("torchtitan-compile" if compile else "torchtitan-eager"), ""
+    if version and family:
+        when = parse_version(family, version)
+        releases = family_versions(family)
+        if when is None or not releases:
+            raise SpecError(field, f"cannot read {version!r} as a release of {family}",
+                            "write a year (2021), a date (2024-12) or a release (24.07, core_r0.8.0)")
+        at = f"{when[0]:04d}-{when[1]:02d}"
+        older = [fw for fw in releases if fw.released <= at]
+        pick = older[-1] if older else releases[0]
+        how = (f"the latest documented {family} release at or before {version}" if older else
+               f"{version} precedes every documented {family} release; the earliest")
+        return pick.name, how
+    if name not in FRAMEWORK_PROFILES:
+        raise SpecError("framework", f"unknown framework {framework!r}",
+                        f"use one of {', '.join(FRAMEWORK_PROFILES)} (or family@version, e.g. megatron@2021)")
+    return name, ""
+
+
+def equivalent_release(fw: FrameworkProfile) -> FrameworkProfile | None:
+    """The documented release whose defaults an unversioned profile has (megatron: megatron-core@2024)."""
+    def fields(f: FrameworkProfile) -> tuple:
+        return tuple(getattr(f, k) for k in f.__dataclass_fields__ if k not in ("name", "released"))
+    latest_first = sorted((s for s in _STACKS if s.released), key=lambda s: s.released, reverse=True)
+    return next((s for s in latest_first if fields(s) == fields(fw)), None)
 
 
 def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
-    """The framework with what a plan overrides (the gradient reduction dtype)."""
+    """The framework with what a plan overrides: the gradient reduction dtype, given outright or by
+    fp16 training on a stack that reduces in the parameter dtype."""
     dtype = getattr(plan, "grad_reduce_dtype", None)
     if dtype is None:
-        return fw
-    nbytes = 4 if dtype == "fp32" else 2
+        if getattr(plan, "precision", None) == "fp16" and fw.grad_reduce_bytes_fp16 is not None:
+            nbytes = fw.grad_reduce_bytes_fp16
+        else:
+            return fw
+    else:
+        nbytes = 4 if dtype == "fp32" else 2
     return fw if nbytes == fw.grad_reduce_bytes else replace(fw, grad_reduce_bytes=nbytes)
 
 
 def get_framework(name: str) -> FrameworkProfile:
-    key = name.strip().lower().replace("_", "-")
-    key = {"megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron", "eager": "pytorch-eager",
-           "compile": "pytorch-compile", "torch-compile": "pytorch-compile", "pytorch": "pytorch-eager"}.get(key, key)
-    if key not in FRAMEWORK_PROFILES:
-        raise SpecError("framework", f"unknown framework {name!r}", f"use one of {', '.join(FRAMEWORK_PROFILES)}")
-    return FRAMEWORK_PROFILES[key]
+    """A profile by name: a profile's own name, an alias (megatron-lm, mcore, eager, ...) or
+    family@version (megatron@2021, nemo@24.09, megatron-core@core_r0.8.0)."""
+    key = _key(name)
+    if key in FRAMEWORK_PROFILES:
+        return FRAMEWORK_PROFILES[key]
+    return FRAMEWORK_PROFILES[resolve_stack(name)[0]]
+
+
+# where each stack's defaults come from (the comments above _STACKS give the detail)
+STACK_SOURCES = {
+    "megatron-lm@2021": "Megatron-LM v2.5 arguments.py, training.py, p2p_communication.py; Narayanan et al. 2021 Sec. 4.2",
+    "megatron-lm@2022": "Megatron-LM tree of 2022-07 (2755bcb) arguments.py; Korthikanti et al. 2022 Sec. 4.1",
+    "megatron-core@2024": "Megatron-LM README performance table (core_r0.8.0) flags; arguments.py",
+    "nemo@24.07": "NeMo-Framework-Launcher H100 examples (grad_sync_dtype=bf16); NeMo recipes on Megatron-Core",
+    "nemo@25.02": "NeMo 2.0 performance recipes (performance_mode: grad_reduce_in_fp32 False, TP overlap)",
+    "megatron-deepspeed": "microsoft/Megatron-DeepSpeed arguments.py @f4157be; DeepSpeed zero/config.py, engine.py, pipe/p2p.py",
+    "deepspeed-zero3@2021": "DeepSpeed v0.5.8 zero/constants.py, zero/config.py; FlashAttention arXiv 2205.14135 (2022)",
+    "torchtitan-eager": "torchtitan 9dec370 models/llama/model.py (SDPA, complex RoPE); pytorch/pytorch#138522",
+    "torchtitan-compile": "torchtitan 9dec370 parallelize_llama.py apply_compile (per block), train.py (loss eager)",
+}
+
+
+def stacks_markdown() -> str:
+    """The versioned stacks and their defaults as docs/model.md shows them (a test keeps the two equal)."""
+    def yes(flag: bool) -> str:
+        return "yes" if flag else "no"
+
+    lines = ["| stack | family | release | attention | TP overlap | DP overlap | PP overlap | fused bias-act / "
+             "residual / RoPE | fused loss | grad reduce bytes (fp16) | ZeRO | sp with tp | source |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for fw in _STACKS:
+        fp16 = fw.grad_reduce_bytes_fp16 if fw.grad_reduce_bytes_fp16 is not None else fw.grad_reduce_bytes
+        lines.append(f"| {fw.name} | {fw.family} | {fw.released or '-'} | {fw.attention_kernel} | "
+                     f"{yes(fw.overlap_tp_comm)} | {yes(fw.overlap_dp_comm)} | {yes(fw.overlap_pp_comm)} | "
+                     f"{yes(fw.fused_bias_act)} / {yes(fw.fused_residual)} / {yes(fw.fused_rope)} | "
+                     f"{yes(fw.fused_cross_entropy)} | {fw.grad_reduce_bytes} ({fp16}) | {fw.default_zero_stage} | "
+                     f"{yes(fw.sp_with_tp)} | {STACK_SOURCES[fw.name]} |")
+    return "\n".join(lines)
 
 
 def capabilities_markdown() -> str:

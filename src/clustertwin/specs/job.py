@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from ..errors import PlanError
 from ..parallel.layout import stage_layer_split
@@ -15,6 +15,8 @@ from .model import Frozen, ModelSpec
 from .plan import Plan, ResolvedPlan, first_error
 
 Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile"]
+# the unversioned stacks; every profile of specs/framework.py (versioned: megatron-lm@2021, nemo@24.07,
+# torchtitan-compile, ...) is a valid TrainingJob.framework
 FRAMEWORKS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile")
 
 
@@ -23,8 +25,13 @@ class TrainingJob(Frozen):
     cluster: ClusterSpec
     plan: ResolvedPlan
     seq_len: int = Field(gt=0, le=100_000_000)
-    framework: Framework = "megatron"
+    framework: str = "megatron"
     tokens: float | None = Field(None, gt=0, description="tokens to train (for time-to-train)")
+
+    @field_validator("framework")
+    @classmethod
+    def _known_framework(cls, v: str) -> str:
+        return get_framework(v).name
 
     @property
     def tokens_per_step(self) -> int:

@@ -35,9 +35,17 @@ class RowResult:
     assumptions: list[str] = field(default_factory=list)
     prediction: Prediction | None = None
 
+    @property
+    def fits(self) -> bool | None:
+        """Whether the predicted memory fits the GPU (None when nothing was predicted)."""
+        return None if self.prediction is None else self.prediction.fits
+
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"run_id": self.run_id, "metric": self.metric, "measured": self.measured,
                              "predicted": self.predicted, "error": self.error}
+        if self.prediction is not None:
+            d["fits"] = self.fits
+            d["memory_bytes"] = self.prediction.memory.total_bytes
         if self.reason:
             d["reason"] = self.reason
         if self.assumptions:
@@ -58,6 +66,11 @@ class ValidationReport:
         return [r for r in self.rows if r.error is None]
 
     @property
+    def not_fitting(self) -> list[RowResult]:
+        """Predicted rows whose predicted memory exceeds the GPU's."""
+        return [r for r in self.ok_rows if r.fits is False]
+
+    @property
     def mape(self) -> float:
         ok = self.ok_rows
         return sum(abs(r.error) for r in ok) / len(ok) if ok else float("nan")  # type: ignore[arg-type]
@@ -76,6 +89,7 @@ class ValidationReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "n": len(self.rows), "n_predicted": len(self.ok_rows), "n_failed": len(self.failed_rows),
+                "n_not_fitting": len(self.not_fitting),
                 "mape": self.mape, "mape_by_metric": self.mape_by_metric, "max_abs_error": self.max_abs_error,
                 "rows": [r.to_json() for r in self.rows]}
 
@@ -94,6 +108,10 @@ def validate_rows(rows: list[MeasuredRow]) -> ValidationReport:
             pred = predict_job(job_from_row(row))
         except ClusterTwinError as e:
             results.append(RowResult(row.run_id, row.metric, row.value, None, None, e.one_line(), row.assumptions))
+            continue
+        except Exception as e:   # never lose the other rows to one that the model cannot take
+            results.append(RowResult(row.run_id, row.metric, row.value, None, None,
+                                     f"cannot predict this row ({type(e).__name__}: {e})", row.assumptions))
             continue
         p = predicted_metric(pred, row.metric)
         results.append(RowResult(row.run_id, row.metric, row.value, p, (p - row.value) / row.value, "",

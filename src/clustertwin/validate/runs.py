@@ -3,15 +3,18 @@ TrainingJob. Empty cells are unknown: the assumption made for each is recorded w
 from __future__ import annotations
 
 import csv
-import re
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from ..catalog import cluster_for_gpu, load_cluster
 from ..errors import ClusterTwinError, DataError
 from ..parallel.rules import JobFacts, PlanFacts, rule
 from ..specs import ModelSpec, TrainingJob, make_job, make_plan
-from ..specs.framework import get_framework
+from ..specs.framework import equivalent_release, family_versions, get_framework, resolve_stack
+from ..specs.plan import first_error
 
 REQUIRED = ("run_id", "arch", "layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len", "gpu", "num_gpus",
             "metric", "value")
@@ -75,29 +78,29 @@ def _bool(r: dict, key: str) -> bool | None:
     return v in ("1", "true", "yes")
 
 
-def publication_year(r: dict) -> int | None:
-    """Year a run was published: from an arXiv id (YYMM.NNNNN) in source_url, else a 20XX in source."""
-    url = r.get("source_url") or ""
-    m = re.search(r"arxiv\.org/(?:abs|pdf)/(\d{2})(\d{2})\.\d{4,5}", url)
-    if m:
-        return 2000 + int(m.group(1))
-    m = re.search(r"\b(20\d{2})\b", r.get("source") or "")
-    if m:
-        return int(m.group(1))
-    m = re.search(r"\bSC(\d{2})\b", r.get("source") or "")
-    return 2000 + int(m.group(1)) if m else None
+# Empty model cells: what a row of each arch most likely had (stated with the row when used).
+# The tokenizer each arch's models usually ship: GPT-2's BPE (50257), Llama 1/2's and Mistral's
+# SentencePiece (32000), DeepSeek-V3's (129280, its config.json).
+_USUAL_VOCAB = {"gpt": (50257, "GPT-2 BPE"), "llama": (32000, "Llama 2 SentencePiece"),
+                "mixtral": (32000, "Mixtral SentencePiece"), "deepseek": (129280, "DeepSeek-V3")}
+_HEAD_DIM = 128   # GPT-3 175B (12288/96), Llama 2/3 (4096/32, 8192/64): the common head size
 
 
-# Megatron-LM gained FlashAttention (through Transformer Engine) and TP communication overlap in
-# 2023; runs published before then used its fused scale-mask-softmax attention and blocking TP
-# collectives (Narayanan et al. 2021; Korthikanti et al. 2022 Sec. 4).
-_STACK_YEAR = 2023
+def _usual_ffn(arch: str, hidden: int) -> tuple[int, str]:
+    if arch == "gpt":
+        return 4 * hidden, "4*hidden (GPT)"
+    # Llama's FeedForward (meta-llama/llama model.py): int(2 * 4h / 3) rounded up to multiple_of = 256
+    ffn = int(2 * 4 * hidden / 3)
+    ffn = 256 * ((ffn + 255) // 256)
+    return ffn, "int(8*hidden/3) rounded up to a multiple of 256 (Llama's SwiGLU rule)"
 
 
-def model_from_row(r: dict) -> ModelSpec:
+def model_from_row(r: dict, notes: list[str] | None = None) -> ModelSpec:
     """The model of a row: the catalog preset named in the optional ``model_preset`` column (for
     layouts the CSV columns cannot describe: MLA, shared experts, dense first layers, head sizes),
-    checked against the row's dimensions; otherwise built from the columns and the arch."""
+    checked against the row's dimensions; otherwise built from the columns and the arch. Empty
+    dimensions that have a usual value get it, stated in ``notes``."""
+    notes = [] if notes is None else notes
     preset = (r.get("model_preset") or "").strip()
     if preset:
         from ..catalog import load_model
@@ -113,41 +116,143 @@ def model_from_row(r: dict) -> ModelSpec:
     arch = (r.get("arch") or "").strip().lower()
     if arch not in _ARCH:
         raise DataError("arch", f"unknown arch {arch!r}", f"use one of {', '.join(_ARCH)}")
+    layers, hidden = _int(r, "layers"), _int(r, "hidden")
+    for col, v in (("layers", layers), ("hidden", hidden)):
+        if v is None:
+            raise DataError(col, "empty: the model has no usual value for it", "fill the cell or name a model_preset")
+    assert layers is not None and hidden is not None
+    heads = _int(r, "heads")
+    if heads is None:
+        if hidden % _HEAD_DIM:
+            raise DataError("heads", f"empty, and hidden {hidden} is not a multiple of the usual head size "
+                            f"{_HEAD_DIM}", "fill the cell")
+        heads = hidden // _HEAD_DIM
+        notes.append(f"heads unknown: assumed hidden/{_HEAD_DIM} = {heads}")
+    kv_heads = _int(r, "kv_heads")
+    if kv_heads is None:
+        kv_heads = heads
+        notes.append(f"kv_heads unknown: assumed heads = {heads} (multi-head attention)")
+    ffn = _int(r, "ffn_hidden")
+    if ffn is None:
+        ffn, rule = _usual_ffn(arch, hidden)
+        notes.append(f"ffn_hidden unknown: assumed {rule} = {ffn}")
+    vocab = _int(r, "vocab")
+    if vocab is None:
+        vocab, tokenizer = _USUAL_VOCAB[arch]
+        notes.append(f"vocab unknown: assumed {vocab} ({tokenizer} tokenizer)")
+    seq = _int(r, "seq_len")
+    if seq is None:
+        raise DataError("seq_len", "empty: a step's work depends on it", "fill the cell")
     experts = _int(r, "moe_experts", 0) or 0
-    return ModelSpec(
-        name=r.get("model") or r["run_id"], num_layers=_int(r, "layers"), hidden_size=_int(r, "hidden"),
-        num_heads=_int(r, "heads"), num_kv_heads=_int(r, "kv_heads"), ffn_hidden_size=_int(r, "ffn_hidden"),
-        vocab_size=_int(r, "vocab"), max_seq_len=_int(r, "seq_len"), moe_num_experts=experts,
-        moe_top_k=_int(r, "moe_topk", 0) or 0 if experts else 0, **_ARCH[arch])
+    top_k = _int(r, "moe_topk", 0) or 0 if experts else 0
+    if experts and not top_k:
+        raise DataError("moe_topk", "empty for an MoE row", "fill the cell (experts per token)")
+    try:
+        return ModelSpec(name=r.get("model") or r["run_id"], num_layers=layers, hidden_size=hidden, num_heads=heads,
+                         num_kv_heads=kv_heads, ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq,
+                         moe_num_experts=experts, moe_top_k=top_k, **_ARCH[arch])
+    except ValidationError as e:
+        raise DataError(*first_error(e, "model")) from None
+
+
+_KERNELS = {"flash": "flash", "flash3": "flash", "fa3": "flash", "cudnn": "flash", "te": "flash",
+            "flash2": "flash2", "fa2": "flash2", "sdpa": "flash2",
+            "unfused": "unfused", "fused-softmax": "unfused", "fused_softmax": "unfused", "softmax": "unfused"}
+
+
+def _kernel(r: dict) -> str:
+    """The attention kernel a row states (``attention_kernel``, or the older ``attention``), in the
+    names plans use: flash (FlashAttention-3 / cuDNN class), flash2, unfused (fused softmax)."""
+    v = ((r.get("attention_kernel") or "").strip() or (r.get("attention") or "").strip()).lower()
+    if not v:
+        return ""
+    if v not in _KERNELS:
+        raise DataError("attention_kernel", f"unknown kernel {v!r}", "use flash2, flash3, cudnn or unfused")
+    return _KERNELS[v]
+
+
+def stack_of_row(r: dict, notes: list[str]) -> str:
+    """The framework profile a row ran on, from ``framework``, ``framework_version`` and ``compile``;
+    what the row does not say is stated in ``notes`` (never guessed from the publication date)."""
+    framework = (r.get("framework") or "").strip()
+    if not framework:
+        framework = "megatron"
+        notes.append("framework unknown: assumed megatron")
+    elif framework.lower() == "other":
+        framework = "megatron"
+        notes.append("framework 'other' priced as megatron")
+    version = (r.get("framework_version") or "").strip()
+    compiled = _bool(r, "compile")
+    name, how = resolve_stack(framework, version or None, compiled)
+    fw = get_framework(name)
+    if how:
+        notes.append(f"framework {framework} {version}: priced as {name} ({how})")
+    elif fw.family == "torchtitan" and not fw.released:
+        notes.append(f"compile unknown: priced as {name} (neither torchtitan-eager nor torchtitan-compile)")
+    elif not fw.released and family_versions(fw.family) and "@" not in framework:
+        same = equivalent_release(fw)
+        notes.append(f"framework_version unknown: priced as {name}"
+                     + (f" (the defaults of {same.name})" if same else ""))
+    return name
 
 
 def job_from_row(row: MeasuredRow) -> TrainingJob:
     """The TrainingJob a row describes; the assumptions made for empty cells go to row.assumptions."""
     r, notes = row.raw, row.assumptions
-    model = model_from_row(r)
-    num_gpus = _int(r, "num_gpus")
+    model = model_from_row(r, notes)
+    gpu = (r.get("gpu") or "").strip()
+    cluster_name = (r.get("cluster") or "").strip()
+    if not gpu and not cluster_name:
+        raise DataError("gpu", "empty", "name the GPU (e.g. a100-80gb, h100-sxm)")
     gpn = _int(r, "gpus_per_node")
-    if (r.get("cluster") or "").strip():
-        cluster = load_cluster(r["cluster"].strip()).with_gpus(num_gpus)
+    tp, pp, dp, cp = _int(r, "tp"), _int(r, "pp"), _int(r, "dp"), _int(r, "cp", 1) or 1
+    num_gpus = _int(r, "num_gpus")
+    if num_gpus is None:
+        if None in (tp, pp, dp):
+            raise DataError("num_gpus", "empty, and tp, pp and dp do not all say it", "fill the cell")
+        num_gpus = tp * pp * dp * cp  # type: ignore[operator]
+        notes.append(f"num_gpus unknown: assumed tp*pp*dp*cp = {num_gpus}")
+    if tp is None or pp is None:
+        mp = num_gpus // (dp * cp) if dp and num_gpus % (dp * cp) == 0 else None
+        if mp is None:
+            notes.append(f"{'tp' if tp is None else 'pp'}{' and pp' if tp is None and pp is None else ''} unknown: "
+                         "assumed 1")
+            tp, pp = tp or 1, pp or 1
+        elif tp is None and pp is None:
+            tp = math.gcd(mp, gpn or 8)   # TP inside a node, the rest pipelined
+            pp = mp // tp
+            notes.append(f"tp and pp unknown: tp*pp = num_gpus/(dp*cp) = {mp}, assumed tp {tp} (within a node), pp {pp}")
+        elif tp is None:
+            if mp % pp:
+                raise DataError("tp", f"empty, and num_gpus/(dp*cp) = {mp} is not a multiple of pp {pp}",
+                                "fill the cell")
+            tp = mp // pp
+            notes.append(f"tp unknown: assumed num_gpus/(dp*cp*pp) = {tp}")
+        else:
+            if mp % tp:
+                raise DataError("pp", f"empty, and num_gpus/(dp*cp) = {mp} is not a multiple of tp {tp}",
+                                "fill the cell")
+            pp = mp // tp
+            notes.append(f"pp unknown: assumed num_gpus/(dp*cp*tp) = {pp}")
+    assert tp is not None and pp is not None
+    if cluster_name:
+        cluster = load_cluster(cluster_name).with_gpus(num_gpus)
     else:
-        cluster = cluster_for_gpu(r["gpu"].strip(), num_gpus, gpn)
+        cluster = cluster_for_gpu(gpu, num_gpus, gpn)
     gbps = (r.get("inter_node_gbps_per_node") or "").strip()
     if gbps:
         node = cluster.node
         per_nic = float(gbps) * 1e9 / 8 / node.nics_per_node
         cluster = cluster.model_copy(update={"node": node.model_copy(update={"nic_bandwidth_bytes_per_s": per_nic})})
-    framework = (r.get("framework") or "megatron").strip() or "megatron"
-    if framework == "other":
-        framework = "megatron"
-        notes.append("framework 'other' priced as megatron")
-    tp = _int(r, "tp", 1)
+    framework = stack_of_row(r, notes)
+    fw = get_framework(framework)
     sp = _bool(r, "sp")
     if sp is None:
-        sp = tp > 1 and framework in ("megatron", "nemo")
-        notes.append(f"sp unknown: assumed {int(sp)} ({framework} default with tp>1)")
+        sp = tp > 1 and fw.sp_with_tp
+        notes.append(f"sp unknown: assumed {int(sp)} ({framework} default{' with tp>1' if tp > 1 else ''})")
     zero = _int(r, "zero_stage")
     if zero is None:
-        zero = 1 if framework in ("megatron", "nemo") else (3 if framework == "torchtitan" else 0)
+        zero = fw.default_zero_stage
         notes.append(f"zero_stage unknown: assumed {zero} ({framework} default)")
     mb = _int(r, "micro_batch")
     if mb is None:
@@ -156,8 +261,11 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     rc = (r.get("recompute") or "").strip() or "none"
     if not (r.get("recompute") or "").strip():
         notes.append("recompute unknown: assumed none")
-    prec = (r.get("precision") or "").strip() or "bf16"
-    fields = dict(tp=tp, pp=_int(r, "pp", 1), vpp=_int(r, "vpp", 1) or 1, dp=_int(r, "dp"), cp=_int(r, "cp", 1) or 1,
+    prec = (r.get("precision") or "").strip()
+    if not prec:
+        prec = "bf16"
+        notes.append("precision unknown: assumed bf16")
+    fields = dict(tp=tp, pp=pp, vpp=_int(r, "vpp", 1) or 1, dp=dp, cp=cp,
                   ep=_int(r, "ep", 1) or 1, etp=_int(r, "etp"), sp=sp, zero_stage=zero, micro_batch=mb,
                   global_batch=_int(r, "global_batch"), recompute=rc, precision=prec)
     dispatcher = (r.get("moe_dispatcher") or "").strip().lower()
@@ -166,27 +274,28 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     overlap = _bool(r, "dp_overlap")
     if overlap is not None:
         fields["overlap_dp_comm"] = overlap
-    kernel = (r.get("attention") or "").strip().lower()
-    tp_overlap = _bool(r, "tp_overlap")
-    year = publication_year(r)
-    if not kernel and year is not None and year < _STACK_YEAR and framework in ("megatron", "nemo", "deepspeed"):
-        kernel = "unfused"
-        notes.append(f"attention kernel unknown: assumed unfused (published {year}, before FlashAttention in {framework})")
-        if tp_overlap is None:
-            tp_overlap = False
-            notes.append(f"TP communication overlap assumed off (published {year})")
+    kernel = _kernel(r)
     if kernel:
         fields["attention_kernel"] = kernel
+    else:
+        notes.append(f"attention kernel unknown: {fw.attention_kernel} ({framework} default)")
+    tp_overlap = _bool(r, "tp_overlap")
     if tp_overlap is not None:
         fields["overlap_tp_comm"] = tp_overlap
-    dp = fields["dp"] or max(1, num_gpus // (tp * (fields["pp"] or 1) * fields["cp"]))   # derived when empty
-    ep, dense_ranks = fields["ep"], tp * fields["cp"] * dp
+    elif tp > 1:
+        notes.append(f"TP communication overlap unknown: {'on' if fw.overlap_tp_comm else 'off'} ({framework} default)")
+    dp = fields["dp"] or max(1, num_gpus // (tp * pp * cp))   # derived when empty
+    if fields["dp"] is None:
+        notes.append(f"dp unknown: assumed num_gpus/(tp*pp*cp) = {dp}")
+    if fields["global_batch"] is None:
+        notes.append("global_batch unknown: assumed enough micro-batches to fill the pipeline twice")
+    ep, dense_ranks = fields["ep"], tp * cp * dp
     if model.is_moe and fields["etp"] is None:
         # the rule experts fold by (parallel/rules.py): if Megatron-Core's default etp = tp cannot fold
         # these experts onto tp x cp x dp but etp = 1 can, the only plan that ran is one with unsplit
         # experts (recipes such as Qwen3-235B set etp=1 explicitly)
-        facts = JobFacts.of(model, cluster, _int(r, "seq_len") or model.max_seq_len, get_framework(framework))
-        sizes = PlanFacts(tp, cp=fields["cp"], dp=dp, ep=ep)
+        facts = JobFacts.of(model, cluster, _int(r, "seq_len") or model.max_seq_len, fw)
+        sizes = PlanFacts(tp, cp=cp, dp=dp, ep=ep)
         folds = rule("ep_dp_cp")
         if folds.broken(facts, sizes) and not folds.broken(facts, replace(sizes, etp=1)):
             fields["etp"] = 1
@@ -194,13 +303,13 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     for col in ("first_stage_layers", "last_stage_layers"):
         if _int(r, col) is not None:
             fields[col] = _int(r, col)
-    chunks = (fields["pp"] or 1) * fields["vpp"]
+    chunks = pp * fields["vpp"]
     if ("first_stage_layers" not in fields and "last_stage_layers" not in fields and chunks > 1
             and model.num_layers % chunks and (model.num_layers + 2) % chunks):
         notes.append(f"{model.num_layers} layers do not split evenly over pp*vpp = {chunks} chunks: assumed as even as "
                      "possible, the spare layers on the middle chunks")
     plan = make_plan(**fields)
-    return make_job(model, cluster, plan, _int(r, "seq_len"), framework)
+    return make_job(model, cluster, plan, _int(r, "seq_len") or model.max_seq_len, framework)
 
 
-__all__ = ["MeasuredRow", "read_runs", "job_from_row", "model_from_row", "METRICS", "ClusterTwinError"]
+__all__ = ["MeasuredRow", "read_runs", "job_from_row", "model_from_row", "stack_of_row", "METRICS", "ClusterTwinError"]
