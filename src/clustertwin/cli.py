@@ -76,15 +76,16 @@ def describe(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_g
 
 @app.command("list")
 def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clusters"),
+             wide: bool = typer.Option(False, "--wide", help="full sources (wrapped), not their first clause"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """List the catalog's presets."""
+    """List the catalog's presets and their sources."""
     from .catalog import list_presets
     from .report.console import catalog_table
     rows = list_presets(kind.value)
     if as_json:
         _emit_json(rows)
         return
-    console.print(catalog_table(kind.value, rows))
+    console.print(catalog_table(kind.value, rows, wide=wide))
 
 
 @app.command()
