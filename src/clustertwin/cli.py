@@ -1,4 +1,4 @@
-"""The clustertwin command line: describe, list, predict, validate.
+"""The clustertwin command line: describe, list, predict, compare, validate.
 
 Every user mistake ends as one line on stderr, ``error: <field>: <problem>; <fix>``, and exit
 code 2; ``--debug`` shows the traceback instead.
@@ -101,6 +101,21 @@ def predict(job: JobOptions, profile: Optional[Path],
         _emit_json(pred.to_json())
         return
     print_all(console, prediction_tables(pred))
+
+
+@app.command()
+@job_options(repeat=("plan", "cluster", "gpu"))
+def compare(job: JobOptions, repeated: dict,
+            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+    """Two to eight plans (repeat --plan) or clusters (repeat --cluster or --gpu) side by side on the
+    same job and global batch, with each one's difference from the first."""
+    from .compare import compare as run_compare
+    from .report.console import compare_tables, print_all
+    c = run_compare(job, plans=repeated["plan"], clusters=repeated["cluster"], gpus=repeated["gpu"])
+    if as_json:
+        _emit_json(c.to_json())
+        return
+    print_all(console, compare_tables(c))
 
 
 @app.command()

@@ -1,5 +1,5 @@
-"""Every terminal table of the command line (rich): describe, list, predict, validate, search,
-goodput and sim. Rendering only: every number comes from the Python API's results; each function
+"""Every terminal table of the command line (rich): describe, list, predict, compare, validate,
+search, goodput and sim. Rendering only: every number comes from the Python API's results; each function
 returns the renderables (tables and lines) a command prints in order, e.g. with ``print_all``.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..validate.compare import ValidationReport
 
 if TYPE_CHECKING:
     from ..reliability.goodput import GoodputEstimate
+    from ..compare import Comparison
     from ..search.tuner import SearchResult
     from ..sim.replay import SimResult
 
@@ -359,6 +360,51 @@ def search_tables(r: "SearchResult") -> list:
             prows.append(row)
         out.append(Fit(pcols, prows, "Pareto: step time against GPUs",
                        caption="GPU-hours per step is the cost at any price"))
+    return out
+
+
+# ---- compare ------------------------------------------------------------------------------------
+def _delta(x: float, better_low: bool) -> Text:
+    """A relative difference, green where better, red where worse."""
+    if abs(x) < 5e-4:
+        return Text("=", "dim")
+    good = (x < 0) == better_low
+    return Text(f"{x * 100:+.1f}%", "green" if good else "red")
+
+
+def compare_tables(c: "Comparison") -> list:
+    """`clustertwin compare`: the job, then one row per plan or cluster with its difference from the
+    first (green: better, red: worse), and what limits the baseline."""
+    from ..search.tuner import bottleneck, bottleneck_tag, plan_text
+    base = c.rows[0].prediction
+    job = base.job
+    same = f"{job.cluster.num_gpus:,} x {job.cluster.gpu.name}" if c.varies == "plan" else f"plan {plan_text(base)}"
+    out: list[Any] = [f"[bold]{job.model.name}[/bold] · {same} · seq {job.seq_len} · global batch "
+                      f"{job.plan.global_batch} · {job.plan.precision} · {job.framework}"]
+    cols = [Col("#", "right"), Col(c.varies, flex="wrap")]
+    if c.varies == "cluster":
+        cols.append(Col("GPUs", "right"))
+    cols += [Col("step", "right"), Col("Δ", "right"), Col("tokens/s\nper GPU", "right", drop=2),
+             Col("Δ", "right", drop=2), Col("MFU", "right", drop=3), Col("memory/GPU", "right"),
+             Col("bottleneck", drop=4)]
+    rows = []
+    for i, r in enumerate(c.rows):
+        p = r.prediction
+        mem = Text(f"{_gb(p.memory.total_bytes)} {p.memory.total_bytes / p.memory.capacity_bytes * 100:.0f}%",
+                   "" if p.fits else "red")
+        label = plan_cell(plan_text(p)) if c.varies == "plan" else r.label
+        row: list[Any] = [str(i + 1), label]
+        if c.varies == "cluster":
+            row.append(f"{p.job.cluster.num_gpus:,}")
+        base_row = i == c.baseline
+        row += [format_duration(p.step_time_s), Text("base", "dim") if base_row else _delta(r.delta("step_time_s"), True),
+                f"{p.tokens_per_s / p.job.cluster.num_gpus:,.0f}",
+                Text("base", "dim") if base_row else _delta(r.delta("tokens_per_s_per_gpu"), False),
+                f"{p.mfu * 100:.1f}%", mem, bottleneck_tag(p)]
+        rows.append(row)
+    out.append(Fit(cols, rows, f"{len(c.rows)} {c.varies}s against #1",
+                   caption="Δ: difference from #1; memory in red: does not fit"))
+    out.append(f"[bold]bottleneck of #1:[/bold] {bottleneck(base)}")
     return out
 
 

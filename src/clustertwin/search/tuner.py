@@ -19,7 +19,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..catalog import load_model
 from ..calibrate.profile import profile_for
@@ -267,8 +267,11 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
            seq_len: int | None = None, precision: str = "bf16", framework: str = "megatron",
            fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10, objective: str = "time",
            tokens: float | None = None, gpu_hour_price: float | None = None, pareto_points: int = 3,
-           shortlist: int = 200, goodput_options: dict | None = None) -> SearchResult:
-    """The best plans for a model on a cluster at a global batch and sequence length."""
+           shortlist: int = 200, goodput_options: dict | None = None,
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """The best plans for a model on a cluster at a global batch and sequence length. ``progress``:
+    called as ``progress(plans priced, plans to price)`` while the plans are priced (every GPU count
+    of the Pareto view counted in), e.g. clustertwin.progress.progress_bar's update."""
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise SpecError("objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
@@ -296,23 +299,30 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
     keep = max(top, shortlist) if objective != "time" else top
 
     structures, pruned, evaluated = space.structures()
-    ev = evaluator.run(structures, keep)
-    pruned = {**pruned, "memory": ev.memory_pruned} if ev.memory_pruned else pruned
-    main = _rank(space, ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
-    t_main = time.perf_counter() - t0
-
-    pareto = [ParetoPoint(space.num_gpus, main[0] if main else None, evaluated, ev.feasible, t_main)]
-    pool = list(main)
+    # the smaller GPU counts of the Pareto view, enumerated first so that the total to price is known
+    sizes = []
     for n in _smaller_sizes(space, pareto_points):
         t1 = time.perf_counter()
         sub = _resized(space, n)
         try:
-            s_structs, _, s_eval = sub.structures()
+            s_structs, s_pruned, s_eval = sub.structures()
         except PlanError:
             continue
-        s_ev = evaluator.run(s_structs, keep if objective == "cost" else 1, sub)
+        sizes.append((n, sub, s_structs, s_eval, s_eval - sum(s_pruned.values()), time.perf_counter() - t1))
+    count = _Counter(progress, evaluated - sum(pruned.values()) + sum(x[4] for x in sizes))
+    ev = evaluator.run(structures, keep, progress=count)
+    pruned = {**pruned, "memory": ev.memory_pruned} if ev.memory_pruned else pruned
+    main = _rank(space, ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
+    t_main = time.perf_counter() - t0 - sum(x[5] for x in sizes)
+
+    pareto = [ParetoPoint(space.num_gpus, main[0] if main else None, evaluated, ev.feasible, t_main)]
+    pool = list(main)
+    for n, sub, s_structs, s_eval, _, t_enum in sizes:
+        t1 = time.perf_counter()
+        s_ev = evaluator.run(s_structs, keep if objective == "cost" else 1, sub, progress=count)
         ranked = _rank(sub, s_ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
-        pareto.append(ParetoPoint(n, ranked[0] if ranked else None, s_eval, s_ev.feasible, time.perf_counter() - t1))
+        pareto.append(ParetoPoint(n, ranked[0] if ranked else None, s_eval, s_ev.feasible,
+                                  time.perf_counter() - t1 + t_enum))
         if objective == "cost":
             pool += ranked
     _mark_front(pareto)
@@ -338,6 +348,20 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
                  "steps_x_step_time" if tokens else "per_step")
     return SearchResult(space, objective, evaluated, ev.feasible, pruned, time.perf_counter() - t0, plans, pareto,
                         ev.shape_classes, tokens, gpu_hour_price, basis)
+
+
+class _Counter:
+    """Adds up the plans priced and reports the running count against the total."""
+
+    def __init__(self, report: Callable[[int, int], None] | None, total: int):
+        self.report, self.total, self.done = report, total, 0
+        if report is not None:
+            report(0, total)
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.report is not None:
+            self.report(self.done, self.total)
 
 
 def _goodput_function(required: bool):
