@@ -57,14 +57,18 @@ class RankedPlan:
         """What limits the plan in a few words (bottleneck_tag), for a table's cell."""
         return bottleneck_tag(self.prediction)
 
-    def __str__(self) -> str:
+    def line(self) -> str:
+        """The plan in one line: rank, plan, GPUs, step, MFU, memory, the objective's figures, what limits it."""
         p = self.prediction
         extra = "".join(f", {name} {fmt(v)}" for name, v, fmt in (
             ("time to train", self.time_to_train_s, format_duration), ("goodput", self.goodput, _pct),
             ("cost", self.cost_usd, lambda c: f"${c:,.0f}")) if v is not None)
         return (f"#{self.rank} {plan_text(p)} on {self.num_gpus:,} GPUs: step {format_duration(p.step_time_s)}, "
-                f"MFU {p.mfu * 100:.1f}%, memory {p.memory.total_bytes / 2**30:,.1f} GiB{extra}\n"
-                f"  bottleneck: {self.bottleneck}")
+                f"MFU {p.mfu * 100:.1f}%, memory {p.memory.total_bytes / 2**30:,.1f} GiB{extra} "
+                f"[{self.bottleneck_tag}]")
+
+    def __str__(self) -> str:
+        return f"{self.line()}\n  bottleneck: {self.bottleneck}"
 
     def __repr__(self) -> str:
         return (f"RankedPlan(rank={self.rank}, plan={plan_text(self.prediction)!r}, num_gpus={self.num_gpus}, "
@@ -146,7 +150,7 @@ class SearchResult:
         lines = [f"SearchResult: {s.model.name} on {s.num_gpus:,} x {s.cluster.gpu.name}, global batch "
                  f"{s.global_batch}, seq {s.seq_len}, objective {self.objective}: {self.evaluated:,} plans "
                  f"evaluated, {self.feasible:,} fit, in {self.elapsed_s:.2f} s"]
-        lines += ["  " + str(p).replace("\n", "\n  ") for p in self.plans[:3]]
+        lines += ["  " + p.line() for p in self.plans[:3]]
         if len(self.plans) > 3:
             lines.append(f"  ... {len(self.plans) - 3} more in .plans; .to_json() for everything")
         return "\n".join(lines)
