@@ -176,6 +176,14 @@ def test_compare_clusters_cli_json(capsys) -> None:
     assert {r["plan"]["tp"] for r in d["rows"]} == {2}
 
 
+def test_compare_holds_one_global_batch(capsys) -> None:
+    c = compare(JobOptions(model="gpt3-125m", num_gpus=8), plans=["tp=1,gb=64", "tp=2"])
+    assert [r.job.plan.global_batch for r in c.rows] == [64, 64]
+    code = main(["compare", "-m", "gpt3-125m", "-n", "8", "-p", "tp=1,gb=64", "-p", "tp=2,gb=128"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: global_batch:") and "--global-batch" in err
+
+
 def test_compare_table(capsys) -> None:
     assert main(["compare", "-m", "gpt3-125m", "--gpu", "a100-80gb", "-n", "8", "-p", "tp=1", "-p", "tp=2"]) == 0
     out = capsys.readouterr().out

@@ -4,7 +4,7 @@ from the first (the baseline).
 One thing varies: the plan (on one cluster) or the cluster (under one plan); everything else is the
 job every command describes (clustertwin.jobs), and every row is predict's prediction. The global
 batch is the same in every row: the one given, else the one a plan names, else the default job's
-(256 sequences), so that plans compare at equal work per step.
+(256 sequences), so that plans compare at equal work per step; plans naming different ones are refused.
 
 >>> c = compare(JobOptions(model="gpt3-125m", gpu="a100-80gb", num_gpus=8, seq_len=1024),
 ...             plans=["tp=1,dp=8", "tp=2,dp=4"])
@@ -107,7 +107,8 @@ def compare(options: JobOptions, *, plans: Sequence[str | Plan] = (), clusters: 
         n, what = (len(plans), "plan") if len(plans) >= len(machines) else (len(machines), "cluster or GPU")
         raise SpecError("compare", f"{n} {what}{'s' if n != 1 else ''} given; compare takes {MIN_ROWS} to {MAX_ROWS}",
                         'repeat --plan (e.g. --plan "tp=8" --plan "tp=4,pp=2") or --cluster/--gpu')
-    preds = [predict_job(job_from_options(_same_batch(o))) for _, o in variants]
+    gb = _global_batch(options, [o.plan for _, o in variants])
+    preds = [predict_job(job_from_options(replace(o, global_batch=gb))) for _, o in variants]
     return Comparison(varies, [CompareRow(label, p, preds[0]) for (label, _), p in zip(variants, preds)])
 
 
@@ -115,13 +116,21 @@ def _plan_label(plan: str | Plan) -> str:
     return plan.short() if isinstance(plan, Plan) else " ".join(str(plan).split())
 
 
-def _same_batch(o: JobOptions) -> JobOptions:
-    """The global batch given, else the plan's, else the default job's: the same in every row."""
-    if o.global_batch is not None:
-        return o
-    named = (o.plan.model_fields_set if isinstance(o.plan, Plan) else
-             parse_plan(o.plan).model_fields_set if o.plan is not None else set())
-    return o if "global_batch" in named else replace(o, global_batch=DEFAULT_GLOBAL_BATCH)
+def _global_batch(options: JobOptions, plans: list) -> int:
+    """The one global batch of every row: the one given, else the one the plans name (they must
+    agree), else the default job's."""
+    if options.global_batch is not None:
+        return options.global_batch
+    named = {}
+    for p in plans:
+        plan = p if isinstance(p, Plan) else parse_plan(p) if p is not None else None
+        if plan is not None and "global_batch" in plan.model_fields_set:
+            named.setdefault(plan.global_batch, _plan_label(p))
+    if len(named) > 1:
+        raise SpecError("global_batch", "the plans name different global batches ("
+                        + ", ".join(f"{gb} in {label}" for gb, label in named.items()) + ")",
+                        "give --global-batch: plans compare at the same batch")
+    return next(iter(named), DEFAULT_GLOBAL_BATCH)
 
 
 __all__ = ["compare", "Comparison", "CompareRow", "METRICS", "MIN_ROWS", "MAX_ROWS"]
