@@ -56,7 +56,7 @@ def test_sweep_writes_parquet_duckdb_reads(tmp_path) -> None:
     assert by[("gpt3-125m", 16, 32)] < by[("gpt3-125m", 8, 32)]
     # the README's query
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    query = readme.split("```sql\n", 1)[1].split("```", 1)[0].replace("sweep-out/", f"{out}/")
+    query = readme.split("```sql\n", 1)[1].split("```", 1)[0].replace("out/sweep/", f"{out}/")
     assert len(duckdb.sql(query).fetchall()) == 4
 
 

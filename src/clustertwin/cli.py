@@ -1,4 +1,4 @@
-"""The clustertwin command line: describe, list, predict, validate.
+"""The clustertwin command line: describe, list, predict, compare, validate.
 
 Every user mistake ends as one line on stderr, ``error: <field>: <problem>; <fix>``, and exit
 code 2; ``--debug`` shows the traceback instead.
@@ -76,15 +76,16 @@ def describe(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_g
 
 @app.command("list")
 def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clusters"),
+             wide: bool = typer.Option(False, "--wide", help="full sources (wrapped), not their first clause"),
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
-    """List the catalog's presets."""
+    """List the catalog's presets and their sources."""
     from .catalog import list_presets
     from .report.console import catalog_table
     rows = list_presets(kind.value)
     if as_json:
         _emit_json(rows)
         return
-    console.print(catalog_table(kind.value, rows))
+    console.print(catalog_table(kind.value, rows, wide=wide))
 
 
 @app.command()
@@ -100,6 +101,21 @@ def predict(job: JobOptions, profile: Optional[Path],
         _emit_json(pred.to_json())
         return
     print_all(console, prediction_tables(pred))
+
+
+@app.command()
+@job_options(repeat=("plan", "cluster", "gpu"))
+def compare(job: JobOptions, repeated: dict,
+            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+    """Two to eight plans (repeat --plan) or clusters (repeat --cluster or --gpu) side by side on the
+    same job and global batch, with each one's difference from the first."""
+    from .compare import compare as run_compare
+    from .report.console import compare_tables, print_all
+    c = run_compare(job, plans=repeated["plan"], clusters=repeated["cluster"], gpus=repeated["gpu"])
+    if as_json:
+        _emit_json(c.to_json())
+        return
+    print_all(console, compare_tables(c))
 
 
 @app.command()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional
 
 import typer
 
@@ -45,16 +45,23 @@ _JOB_PARAMS: tuple[tuple[str, Any, Any], ...] = (
 )
 
 
-def job_options(*, profile: bool = False, plan_help: str | None = None) -> Callable[[Callable], Callable]:
+def job_options(*, profile: bool = False, plan_help: str | None = None,
+                repeat: tuple[str, ...] = ()) -> Callable[[Callable], Callable]:
     """Decorate a command taking ``job: JobOptions`` (and ``profile`` if ``profile``) with the shared
     flags. ``plan_help`` rewords --plan's help where the command reads it its own way (search: the
-    fields held fixed; report: the plan to report); the flag and its syntax stay the same."""
+    fields held fixed; report: the plan to report); the flag and its syntax stay the same.
+    ``repeat``: shared options (of plan, cluster, gpu) that may be given several times (compare); the
+    command receives their values as ``repeated: dict[str, list[str]]`` and None in ``job``."""
     def decorate(fn: Callable) -> Callable:
-        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values() if p.name not in ("job", "profile")]
+        own = [p for p in inspect.signature(fn, eval_str=True).parameters.values()
+               if p.name not in ("job", "profile", "repeated")]
         shared = []
         for name, kind, opt in _JOB_PARAMS:
             if name == "plan" and plan_help is not None:
                 opt = typer.Option(None, "--plan", "-p", help=plan_help)
+            if name in repeat:
+                opt = typer.Option(None, *opt.param_decls, help=f"{opt.help}; repeat it to compare several")
+                kind = Optional[List[str]]
             shared.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt, annotation=kind))
         if profile:
             shared.append(inspect.Parameter("profile", inspect.Parameter.KEYWORD_ONLY, default=ProfileOpt,
@@ -65,6 +72,8 @@ def job_options(*, profile: bool = False, plan_help: str | None = None) -> Calla
         def command(**kwargs: Any) -> Any:
             values = {n: kwargs.pop(n) for n in names}
             prof = values.pop("profile", None)
+            if repeat:
+                kwargs["repeated"] = {n: list(values.pop(n) or []) for n in repeat}
             kwargs["job"] = JobOptions(**values)
             if profile:
                 kwargs["profile"] = prof

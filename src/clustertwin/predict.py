@@ -78,6 +78,23 @@ class Prediction:
     def fits(self) -> bool:
         return self.memory.fits
 
+    def __str__(self) -> str:
+        """A few lines: the job, step time, throughput and memory (to_json() holds everything)."""
+        job, plan = self.job, self.graph.plan
+        top = sorted(((k, v) for k, v in self.breakdown_s.items() if v > 0), key=lambda kv: -kv[1])[:3]
+        return (f"Prediction: {job.model.name} on {job.cluster.num_gpus:,} x {job.cluster.gpu.name}, plan "
+                f"{plan.short()}, global batch {plan.global_batch}, seq {job.seq_len}\n"
+                f"  step {self.step_time_s:.4g} s ({', '.join(f'{k} {v / self.step_time_s * 100:.0f}%' for k, v in top)}); "
+                f"{self.tokens_per_s:,.0f} tokens/s; MFU {self.mfu * 100:.1f}%\n"
+                f"  memory {self.memory.total_bytes / 2**30:,.1f} of {self.memory.capacity_bytes / 2**30:,.1f} GiB "
+                f"per GPU: {'fits' if self.fits else 'does NOT fit'}")
+
+    def __repr__(self) -> str:
+        job = self.job
+        return (f"Prediction(model={job.model.name!r}, num_gpus={job.cluster.num_gpus}, gpu={job.cluster.gpu.name!r}, "
+                f"plan={self.graph.plan.short()!r}, step_time_s={self.step_time_s:.4g}, mfu={self.mfu:.3f}, "
+                f"fits={self.fits})")
+
     def moe_routing(self) -> dict[str, Any]:
         """Routing imbalance of the MoE layers: the busiest EP rank's load over the mean, tokens dropped."""
         from .workload.moe import load_factor

@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Optional
+from typing import Callable, Iterator, List, Optional
 
 import typer
 
@@ -13,27 +13,36 @@ from rich.console import Console
 from .. import cli_options as opts
 from ..errors import SpecError
 from ..jobs import JobOptions
+from ..progress import shows_progress
 from ..reliability import cli as rc
 
 err_console = Console(stderr=True)
 
 
 @contextmanager
-def _progress(quiet: bool) -> Iterator:
-    """A progress bar over the report's steps on a terminal (stderr); nothing with --quiet or when piped."""
+def _progress(quiet: bool) -> Iterator[tuple[Callable[[str], None], Callable[[int, int], None]]]:
+    """Bars on a terminal's stderr: the report's steps, and the plans the search and the landscape
+    have priced (count, time left); nothing with --quiet or when stderr is not a terminal."""
     from .data import STEPS
-    if quiet or not err_console.is_terminal:
-        yield lambda name: None
+    if not shows_progress(quiet, err_console):
+        yield (lambda name: None), (lambda done, total: None)
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    with Progress(SpinnerColumn(), TextColumn("report: {task.description:<9}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=err_console, transient=True) as bar:
-        task = bar.add_task("start", total=len(STEPS) + 1)
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
+                               TimeElapsedColumn, TimeRemainingColumn)
+    with Progress(SpinnerColumn(), TextColumn("{task.description:<18}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), TextColumn("· left"), TimeRemainingColumn(), console=err_console,
+                  transient=True) as bar:
+        task = bar.add_task("report: start", total=len(STEPS) + 1)
+        plans = bar.add_task("plans priced", total=None, visible=False)
 
         def step(name: str) -> None:
-            bar.update(task, completed=STEPS.index(name), description=name)
-        yield step
-        bar.update(task, completed=len(STEPS), description="page")
+            bar.update(task, completed=STEPS.index(name), description=f"report: {name}")
+            bar.reset(plans, total=None, visible=False)
+
+        def priced(done: int, total: int) -> None:
+            bar.update(plans, completed=done, total=total, visible=True)
+        yield step, priced
+        bar.update(task, completed=len(STEPS), description="report: page")
 
 
 def register(app: typer.Typer) -> None:
@@ -79,11 +88,12 @@ def register(app: typer.Typer) -> None:
                                      checkpoint_mode=checkpoint_mode, checkpoint_writers=checkpoint_writers,
                                      storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
                                      hot_spares=hot_spares, no_stragglers=no_stragglers)
-        with _progress(quiet) as step:
+        with _progress(quiet) as (step, priced):
             data = build_report(**job.as_kwargs(), tokens=tokens, goodput_options=options,
                                 search=not no_search, top=top, objective=objective, fix=fix,
                                 max_memory_fraction=max_memory_fraction, pareto_points=pareto_points,
-                                gpu_hour_price=gpu_hour_price, sample=sample, seed=seed, on_step=step)
+                                gpu_hour_price=gpu_hour_price, sample=sample, seed=seed, on_step=step,
+                                on_progress=priced)
             page = render_html(data)
         path = write_text(out, page, "out")
         if json_out is not None:

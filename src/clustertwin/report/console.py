@@ -1,13 +1,15 @@
-"""Every terminal table of the command line (rich): describe, list, predict, validate, search,
-goodput and sim. Rendering only: every number comes from the Python API's results; each function
+"""Every terminal table of the command line (rich): describe, list, predict, compare, validate,
+search, goodput and sim. Rendering only: every number comes from the Python API's results; each function
 returns the renderables (tables and lines) a command prints in order, e.g. with ``print_all``.
 """
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from rich.console import Console
+from rich import box
+from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -18,6 +20,7 @@ from ..validate.compare import ValidationReport
 
 if TYPE_CHECKING:
     from ..reliability.goodput import GoodputEstimate
+    from ..compare import Comparison
     from ..search.tuner import SearchResult
     from ..sim.replay import SimResult
 
@@ -37,43 +40,161 @@ def _count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+# ---- tables that read at any width --------------------------------------------------------------
+GAP = 2            # blank columns between two cells
+WRAP_LINES = 2     # a wrapping column gets the width to hold its longest cell in this many lines
+
+
+@dataclass
+class Col:
+    """One column of a ``Fit`` table. ``flex``: "wrap" (wraps at spaces, given room for WRAP_LINES
+    lines), "cut" (one line, cut with an ellipsis where the room runs out) or None (never wraps nor
+    cut). ``drop``: 0 is always shown; columns with a higher number are left out first, one at a time,
+    when the table would not fit the width it is printed at."""
+
+    header: str
+    justify: str = "left"
+    flex: str | None = None
+    drop: int = 0
+    style: str | None = None
+
+
+def _text(cell: Any) -> Text:
+    return cell if isinstance(cell, Text) else Text(str(cell))
+
+
+def _width(t: Text) -> int:
+    return max((len(line) for line in t.plain.split("\n")), default=0)
+
+
+def _min_width(col: Col, cells: list[Text]) -> int:
+    """The least width a column needs: its header, and its cells' widths (fixed columns), their
+    longest word and a WRAP_LINES-th of the longest cell (wrap), or a short prefix (cut)."""
+    head = max((len(w) for w in col.header.split("\n")), default=0)
+    widest = max((_width(c) for c in cells), default=0)
+    if col.flex == "wrap":
+        word = max((len(w) for c in cells for w in c.plain.split()), default=0)
+        need = max(word, -(-widest // WRAP_LINES) + 4)  # + slack: lines break at spaces
+        return max(head, min(widest, need))
+    if col.flex == "cut":
+        return max(head, min(widest, 16))
+    return max(head, widest)
+
+
+class Fit:
+    """A table laid out for the width it is printed at (a rich renderable): columns that do not fit
+    are left out, least needed first; the flexible ones get the room left (wrapping, or cut). Plain
+    box: no vertical rules, a rule under the header, so that 80 columns hold the numbers."""
+
+    def __init__(self, columns: Sequence[Col], rows: Iterable[Sequence[Any]], title: str | None = None, *,
+                 show_header: bool = True, caption: str | None = None):
+        self.columns = list(columns)
+        self.rows = [[_text(c) for c in r] for r in rows]
+        for r in self.rows:
+            assert len(r) == len(self.columns), (len(r), [c.header for c in self.columns])
+        self.title, self.show_header, self.caption = title, show_header, caption
+
+    @property
+    def row_count(self) -> int:
+        return len(self.rows)
+
+    def shown(self, width: int) -> list[int]:
+        """The indices of the columns shown at ``width``."""
+        keep = list(range(len(self.columns)))
+        mins = [_min_width(c, [r[i] for r in self.rows]) for i, c in enumerate(self.columns)]
+
+        def need() -> int:
+            return sum(mins[i] for i in keep) + GAP * (len(keep) - 1)
+        while need() > width:
+            droppable = [i for i in keep if self.columns[i].drop > 0]
+            if not droppable:
+                break
+            keep.remove(max(droppable, key=lambda i: (self.columns[i].drop, i)))
+        return keep
+
+    def table(self, width: int) -> Table:
+        """The rich Table at ``width`` columns."""
+        keep = self.shown(width)
+        t = Table(title=self.title, title_justify="left", caption=self.caption, caption_justify="left",
+                  show_header=self.show_header, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  padding=(0, GAP - 1, 0, 0), title_style="bold", caption_style="dim",
+                  min_width=min(width, max((len(x) for x in (self.title or "").split("\n")), default=0)))
+        for i in keep:
+            c = self.columns[i]
+            t.add_column(c.header, justify=c.justify, no_wrap=c.flex is None,  # type: ignore[arg-type]
+                         overflow="ellipsis" if c.flex == "cut" else "fold", style=c.style)
+        for r in self.rows:
+            cells = []
+            for i in keep:
+                cell = r[i]
+                if self.columns[i].flex == "cut":
+                    cell = cell.copy()
+                    cell.no_wrap, cell.overflow = True, "ellipsis"
+                cells.append(cell)
+            t.add_row(*cells)
+        return t
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self.table(options.max_width)
+
+
+def _fields(title: str | None, rows: Iterable[tuple[str, Any]]) -> Fit:
+    """A two-column table of named values (no header); the values wrap."""
+    return Fit([Col("field", style="bold"), Col("value", flex="wrap")], rows, title, show_header=False)
+
+
+def short_source(text: str) -> str:
+    """The first clause of a source (up to the first ',', ';' or ':' outside brackets): who and when,
+    e.g. "DeepSeek-AI 2024" or "NVIDIA A100 Tensor Core GPU datasheet (nvidia.com, 2021)"."""
+    depth = 0
+    for i, ch in enumerate(text):
+        if ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth = max(0, depth - 1)
+        elif ch in ",;:" and depth == 0 and (i + 1 == len(text) or text[i + 1] == " "):
+            return text[:i]
+    return text
+
+
 # ---- list -----------------------------------------------------------------------------------------
-_CATALOG_COLUMNS: dict[str, list[tuple[str, Callable[[dict], str]]]] = {
-    "models": [("name", lambda r: r["name"]), ("params", lambda r: f"{r['params'] / 1e9:,.2f} B"),
-               ("active", lambda r: f"{r['active_params'] / 1e9:,.2f} B" if r["moe_experts"] else ""),
-               ("layers", lambda r: str(r["layers"])), ("hidden", lambda r: str(r["hidden"])),
-               ("heads/kv", lambda r: f"{r['heads']}/{r['kv_heads']}"), ("seq", lambda r: str(r["seq_len"]))],
-    "gpus": [("name", lambda r: r["name"]), ("bf16 TFLOP/s", lambda r: f"{r['bf16_flops'] / 1e12:,.0f}"),
-             ("fp8 TFLOP/s", lambda r: f"{r['fp8_flops'] / 1e12:,.0f}" if r["fp8_flops"] else "-"),
-             ("HBM", lambda r: f"{r['hbm_bytes'] / 2**30:,.0f} GiB"),
-             ("HBM TB/s", lambda r: f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}"),
-             ("link GB/s", lambda r: f"{r['scaleup_bandwidth_bytes_per_s'] / 1e9:,.0f}"),
-             ("TDP", lambda r: f"{r['tdp_w']:,.0f} W"), ("node", lambda r: r["default_node"])],
-    "nodes": [("name", lambda r: r["name"]), ("gpu", lambda r: r["gpu"]), ("GPUs", lambda r: str(r["gpus_per_node"])),
-              ("fabric", lambda r: r["scaleup_fabric"]),
-              ("NICs", lambda r: f"{r['nics_per_node']} x {r['nic_bandwidth_bytes_per_s'] * 8 / 1e9:,.0f} Gb/s")],
-    "clusters": [("name", lambda r: r["name"]), ("gpu", lambda r: r["gpu"]), ("GPUs", lambda r: f"{r['num_gpus']:,}"),
-                 ("nodes", lambda r: f"{r['num_nodes']:,}"), ("topology", lambda r: r["topology"]),
-                 ("taper", lambda r: f"{r['oversubscription']:g}")],
+# header, justify, drop (0: always shown), cell
+_CATALOG_COLUMNS: dict[str, list[tuple[str, str, int, Callable[[dict], str]]]] = {
+    "models": [("name", "left", 0, lambda r: r["name"]),
+               ("params", "right", 0, lambda r: f"{r['params'] / 1e9:,.2f} B"),
+               ("active", "right", 0, lambda r: f"{r['active_params'] / 1e9:,.2f} B" if r["moe_experts"] else ""),
+               ("layers", "right", 3, lambda r: str(r["layers"])), ("hidden", "right", 3, lambda r: str(r["hidden"])),
+               ("heads/kv", "right", 3, lambda r: f"{r['heads']}/{r['kv_heads']}"),
+               ("seq", "right", 2, lambda r: str(r["seq_len"]))],
+    "gpus": [("name", "left", 0, lambda r: r["name"]),
+             ("bf16\nTFLOP/s", "right", 0, lambda r: f"{r['bf16_flops'] / 1e12:,.0f}"),
+             ("fp8\nTFLOP/s", "right", 0, lambda r: f"{r['fp8_flops'] / 1e12:,.0f}" if r["fp8_flops"] else "-"),
+             ("HBM", "right", 0, lambda r: f"{r['hbm_bytes'] / 2**30:,.0f} GiB"),
+             ("HBM\nTB/s", "right", 2, lambda r: f"{r['hbm_bandwidth_bytes_per_s'] / 1e12:.2f}"),
+             ("link\nGB/s", "right", 2, lambda r: f"{r['scaleup_bandwidth_bytes_per_s'] / 1e9:,.0f}"),
+             ("TDP", "right", 3, lambda r: f"{r['tdp_w']:,.0f} W"), ("node", "left", 3, lambda r: r["default_node"])],
+    "nodes": [("name", "left", 0, lambda r: r["name"]), ("gpu", "left", 0, lambda r: r["gpu"]),
+              ("GPUs", "right", 0, lambda r: str(r["gpus_per_node"])),
+              ("fabric", "left", 2, lambda r: r["scaleup_fabric"]),
+              ("NICs", "left", 0, lambda r: f"{r['nics_per_node']} x {r['nic_bandwidth_bytes_per_s'] * 8 / 1e9:,.0f} Gb/s")],
+    "clusters": [("name", "left", 0, lambda r: r["name"]), ("gpu", "left", 0, lambda r: r["gpu"]),
+                 ("GPUs", "right", 0, lambda r: f"{r['num_gpus']:,}"), ("nodes", "right", 2, lambda r: f"{r['num_nodes']:,}"),
+                 ("topology", "left", 0, lambda r: r["topology"]), ("taper", "right", 3, lambda r: f"{r['oversubscription']:g}")],
 }
 
 
-def catalog_table(kind: str, rows: list[dict]) -> Table:
-    """`clustertwin list KIND`: the presets' rows (catalog.list_presets) with their sources."""
-    t = Table(title=f"{kind} ({len(rows)})", title_justify="left")
-    cols = _CATALOG_COLUMNS[kind]
-    for name, _ in cols:
-        t.add_column(name)
-    t.add_column("source", overflow="fold", max_width=50)
-    for r in rows:
-        t.add_row(*[f(r) for _, f in cols], r.get("source", ""))
-    return t
+def catalog_table(kind: str, rows: list[dict], wide: bool = False) -> Fit:
+    """`clustertwin list KIND`: the presets' rows (catalog.list_presets) with their sources: the
+    first clause of each, cut to the width (``wide``: the full text, wrapped)."""
+    cols = [Col(h, j, drop=d) for h, j, d, _ in _CATALOG_COLUMNS[kind]]
+    cols.append(Col("source", flex="wrap" if wide else "cut", drop=0 if wide else 1))
+    cells = [[f(r) for _, _, _, f in _CATALOG_COLUMNS[kind]] + [r.get("source", "") if wide else
+                                                                 short_source(r.get("source", ""))] for r in rows]
+    return Fit(cols, cells, f"{kind} ({len(rows)})",
+               caption=None if wide else "sources: first clause; --wide or --json for the full text")
 
 
-def model_table(m: ModelSpec) -> Table:
-    t = Table(title=f"model {m.name}", show_header=False, title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
+def model_table(m: ModelSpec) -> Fit:
     rows = [
         ("parameters", f"{m.params_total / 1e9:,.2f} B" + (f" ({m.params_active / 1e9:,.2f} B active)" if m.is_moe else "")),
         ("non-embedding", f"{m.params_non_embedding / 1e9:,.2f} B"),
@@ -88,17 +209,18 @@ def model_table(m: ModelSpec) -> Table:
         rows.append(("experts", f"{m.moe_num_experts} routed (top {m.moe_top_k}), {m.moe_num_shared_experts} shared, "
                                 f"width {m.expert_ffn}, {m.num_moe_layers} MoE layers"))
     if m.source:
-        rows.append(("source", m.source))
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+        rows += _source_rows(m.source)
+    return _fields(f"model {m.name}", rows)
 
 
-def cluster_table(c: ClusterSpec) -> Table:
+def _source_rows(source: str) -> list[tuple[str, str]]:
+    """A source in rows of one clause each (split at '; '), so that none wraps far."""
+    parts = [p.strip() for p in source.split("; ") if p.strip()]
+    return [("source" if i == 0 else "", p) for i, p in enumerate(parts)]
+
+
+def cluster_table(c: ClusterSpec) -> Fit:
     g, n = c.gpu, c.node
-    t = Table(title=f"cluster {c.name}", show_header=False, title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
     rows = [
         ("GPUs", f"{c.num_gpus:,} x {g.name} ({c.num_nodes:,} nodes of {n.gpus_per_node}, {n.name})"),
         ("peak per GPU", f"bf16 {format_si(g.peak('bf16'), 'FLOP/s')}"
@@ -108,9 +230,7 @@ def cluster_table(c: ClusterSpec) -> Table:
         ("scale-out", f"{n.nics_per_node} x {format_si(n.nic_bandwidth_bytes_per_s * 8, 'b/s')} per node, {c.topology}"
                       + (f", {c.oversubscription:g}:1 taper" if c.oversubscription > 1 else "")),
     ]
-    for k, v in rows:
-        t.add_row(k, v)
-    return t
+    return _fields(f"cluster {c.name}", rows)
 
 
 def prediction_tables(p: Prediction) -> list:
@@ -118,37 +238,33 @@ def prediction_tables(p: Prediction) -> list:
     title = Text.assemble((f"{job.model.name}", "bold"), f" on {job.cluster.num_gpus:,} x {job.cluster.gpu.name}\n",
                           f"plan {plan.short()} · seq {job.seq_len} · global batch {plan.global_batch} · "
                           f"{plan.precision} · {job.framework}")
-    head = Table(show_header=False)
-    head.add_column("metric", style="bold")
-    head.add_column("value")
-    head.add_row("step time", format_duration(p.step_time_s))
-    head.add_row("tokens/s", f"{p.tokens_per_s:,.0f} ({p.tokens_per_s / job.cluster.num_gpus:,.0f} per GPU)")
-    head.add_row("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}")
-    head.add_row("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}")
-    head.add_row("micro-batches", f"{p.graph.num_microbatches} per step")
-    fits = "[green]fits[/green]" if p.fits else "[red]does NOT fit[/red]"
-    head.add_row("memory per GPU", f"{_gb(p.memory.total_bytes)} of {_gb(p.memory.capacity_bytes)}: {fits}")
+    fits = Text.from_markup("[green]fits[/green]" if p.fits else "[red]does NOT fit[/red]")
+    head = _fields(None, [
+        ("step time", format_duration(p.step_time_s)),
+        ("tokens/s", f"{p.tokens_per_s:,.0f} ({p.tokens_per_s / job.cluster.num_gpus:,.0f} per GPU)"),
+        ("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}"),
+        ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}"),
+        ("micro-batches", f"{p.graph.num_microbatches} per step"),
+        ("memory per GPU", Text.assemble(f"{_gb(p.memory.total_bytes)} of {_gb(p.memory.capacity_bytes)}: ", fits)),
+    ])
 
-    bd = Table(title="where the step time goes", title_justify="left")
-    bd.add_column("part")
-    bd.add_column("time", justify="right")
-    bd.add_column("share", justify="right")
-    bd.add_column("")
+    rows: list[list[Any]] = []
     for k, v in p.breakdown_s.items():
         if v <= 0:
             continue
         share = v / p.step_time_s
-        bd.add_row(k, format_duration(v), f"{share * 100:.1f}%", "█" * max(1, round(share * 30)))
-    bd.add_row("[bold]total[/bold]", f"[bold]{format_duration(p.step_time_s)}[/bold]", "100%", "")
+        rows.append([k, format_duration(v), f"{share * 100:.1f}%", "█" * max(1, round(share * 30))])
+    bold = "bold"
+    rows.append([Text("total", bold), Text(format_duration(p.step_time_s), bold), "100%", ""])
+    bd = Fit([Col("part"), Col("time", "right"), Col("share", "right"), Col("", flex="cut", drop=1)], rows,
+             "where the step time goes")
 
-    mem = Table(title=f"memory per GPU (stage {p.memory.critical_stage}, the most loaded)", title_justify="left")
-    mem.add_column("part")
-    mem.add_column("bytes", justify="right")
-    mem.add_column("share of HBM", justify="right")
-    for k, v in p.memory.breakdown_bytes.items():
-        mem.add_row(k, _gb(v), f"{v / p.memory.capacity_bytes * 100:.1f}%")
-    mem.add_row("[bold]total[/bold]", f"[bold]{_gb(p.memory.total_bytes)}[/bold]",
-                f"{p.memory.total_bytes / p.memory.capacity_bytes * 100:.1f}%")
+    mrows: list[list[Any]] = [[k, _gb(v), f"{v / p.memory.capacity_bytes * 100:.1f}%"]
+                              for k, v in p.memory.breakdown_bytes.items()]
+    mrows.append([Text("total", bold), Text(_gb(p.memory.total_bytes), bold),
+                  f"{p.memory.total_bytes / p.memory.capacity_bytes * 100:.1f}%"])
+    mem = Fit([Col("part"), Col("bytes", "right"), Col("share of HBM", "right")], mrows,
+              f"memory per GPU (stage {p.memory.critical_stage}, the most loaded)")
     return [title, head, bd, mem]
 
 
@@ -161,25 +277,39 @@ def validation_tables(rep: ValidationReport) -> list:
             f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%"]
 
 
-def validation_table(rep: ValidationReport) -> Table:
-    t = Table(title="predicted against measured", title_justify="left")
-    for col, just in (("run", "left"), ("metric", "left"), ("measured", "right"), ("predicted", "right"),
-                      ("error", "right")):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+def validation_table(rep: ValidationReport) -> Fit:
+    """One row per measured metric (the metric named once in the title when all rows share it); a row
+    that could not be predicted says why (cut to the width)."""
+    metrics = {r.metric for r in rep.rows}
+    one = len(metrics) == 1
+    rows: list[list[Any]] = []
     for r in rep.rows:
+        first = [r.run_id] + ([] if one else [r.metric]) + [f"{r.measured:.4g}"]
         if r.error is None:
-            t.add_row(r.run_id, r.metric, f"{r.measured:.4g}", "[red]failed[/red]", r.reason[:60])
+            rows.append(first + [Text("failed", "red"), r.reason])
             continue
         style = "green" if abs(r.error) <= 0.08 else ("yellow" if abs(r.error) <= 0.2 else "red")
-        predicted = f"{r.predicted:.4g}" + (" [red](does not fit)[/red]" if r.fits is False else "")
-        t.add_row(r.run_id, r.metric, f"{r.measured:.4g}", predicted, f"[{style}]{r.error * 100:+.1f}%[/{style}]")
-    return t
+        predicted: Any = f"{r.predicted:.4g}"
+        if r.fits is False:
+            predicted = Text.assemble(predicted, (" (does not fit)", "red"))
+        rows.append(first + [predicted, Text(f"{r.error * 100:+.1f}%", style)])
+    cols = [Col("run", flex="wrap")] + ([] if one else [Col("metric")]) + [
+        Col("measured", "right"), Col("predicted", "right"),
+        Col("error", "right", flex="cut" if rep.failed_rows else None)]
+    return Fit(cols, rows, "predicted against measured" + (f": {next(iter(metrics))}" if one else ""))
 
 
 # ---- search -------------------------------------------------------------------------------------
+def plan_cell(text: str) -> str:
+    """A plan in --plan syntax with a space after each comma, so that it wraps between fields (the
+    spaces are read as before)."""
+    return text.replace(",", ", ")
+
+
 def search_tables(r: "SearchResult") -> list:
-    """`clustertwin search`: what was searched, how many plans, what was pruned, the best plans and
-    the Pareto view of step time against GPUs."""
+    """`clustertwin search`: what was searched, how many plans, what was pruned, the best plans (what
+    limits each in a few words), what limits the best and how to relieve it, and the Pareto view of
+    step time against GPUs."""
     from ..search.space import PRUNE_REASONS
     from ..search.tuner import plan_text
     s = r.space
@@ -193,45 +323,92 @@ def search_tables(r: "SearchResult") -> list:
     if r.pruned:
         out.append("pruned: " + " · ".join(f"{PRUNE_REASONS.get(k, k)} {_count(v)}"
                                            for k, v in sorted(r.pruned.items(), key=lambda kv: -kv[1])))
-    t = Table(title=f"best {len(r.plans)} by {r.objective}", title_justify="left")
-    for col, just in (("#", "right"), ("plan", "left"), ("GPUs", "right"), ("step", "right"), ("MFU", "right"),
-                      ("memory/GPU", "right")):
-        t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
-    extra: list[tuple[str, Callable[[Any], str]]] = []
+    cols = [Col("#", "right"), Col("plan", flex="wrap")]
+    cells: list[Callable[[Any], Any]] = [lambda p: str(p.rank), lambda p: plan_cell(plan_text(p.prediction))]
+    if {p.num_gpus for p in r.plans} != {s.num_gpus}:    # the cost objective looks at fewer GPUs too
+        cols.append(Col("GPUs", "right"))
+        cells.append(lambda p: f"{p.num_gpus:,}")
+    cols += [Col("step", "right"), Col("MFU", "right", drop=2), Col("memory/GPU", "right", drop=1)]
+    cells += [lambda p: format_duration(p.prediction.step_time_s), lambda p: f"{p.prediction.mfu * 100:.1f}%",
+              lambda p: f"{_gb(p.prediction.memory.total_bytes)} "
+                        f"{p.prediction.memory.total_bytes / p.prediction.memory.capacity_bytes * 100:.0f}%"]
     if any(p.time_to_train_s is not None for p in r.plans):
-        extra.append(("time to train", lambda p: format_duration(p.time_to_train_s)))
+        cols.append(Col("time to\ntrain", "right"))
+        cells.append(lambda p: format_duration(p.time_to_train_s))
     if any(p.goodput is not None for p in r.plans):
-        extra.append(("goodput", lambda p: f"{p.goodput * 100:.1f}%"))
+        cols.append(Col("goodput", "right"))
+        cells.append(lambda p: f"{p.goodput * 100:.1f}%")
     if any(p.cost_usd is not None for p in r.plans):
-        extra.append(("cost", lambda p: f"${p.cost_usd:,.0f}" if p.cost_usd >= 100 else f"${p.cost_usd:,.2f}"))
-    for name, _ in extra:
-        t.add_column(name, justify="right")
-    t.add_column("bottleneck", overflow="fold")
-    for p in r.plans:
-        pred = p.prediction
-        t.add_row(str(p.rank), plan_text(pred), f"{p.num_gpus:,}", format_duration(pred.step_time_s),
-                  f"{pred.mfu * 100:.1f}%",
-                  f"{_gb(pred.memory.total_bytes)} ({pred.memory.total_bytes / pred.memory.capacity_bytes * 100:.0f}%)",
-                  *[f(p) for _, f in extra], p.bottleneck)
-    out.append(t)
+        cols.append(Col("cost", "right"))
+        cells.append(lambda p: f"${p.cost_usd:,.0f}" if p.cost_usd >= 100 else f"${p.cost_usd:,.2f}")
+    cols.append(Col("bottleneck", drop=3))
+    cells.append(lambda p: p.bottleneck_tag)
+    out.append(Fit(cols, [[f(p) for f in cells] for p in r.plans], f"best {len(r.plans)} by {r.objective}"))
+    out.append(f"[bold]bottleneck of #1:[/bold] {r.plans[0].bottleneck}")
     if len(r.pareto) > 1:
         price = r.gpu_hour_price
-        pt = Table(title="Pareto: step time against GPUs (GPU-hours per step is the cost at any price)",
-                   title_justify="left")
-        for col in ("GPUs", "best plan", "step", "GPU-h/step") + (("cost/step",) if price else ()) + ("MFU", "front"):
-            pt.add_column(col, justify="left" if col == "best plan" else "right", overflow="fold")
+        pcols = [Col("GPUs", "right"), Col("best plan", flex="wrap"), Col("step", "right"),
+                 Col("GPU-h\n/step", "right")] + ([Col("cost\n/step", "right")] if price else []) \
+            + [Col("MFU", "right", drop=1), Col("front", "right")]
+        prows: list[list[Any]] = []
         for q in r.pareto:
             if q.plan is None:
-                pt.add_row(f"{q.num_gpus:,}", "nothing fits", "", "", *([""] if price else []), "", "")
+                prows.append([f"{q.num_gpus:,}", "nothing fits", "", "", *([""] if price else []), "", ""])
                 continue
             pred = q.plan.prediction
-            cells = [f"{q.num_gpus:,}", plan_text(pred), format_duration(pred.step_time_s),
-                     f"{q.gpu_hours_per_step:,.3g}"]
+            row = [f"{q.num_gpus:,}", plan_cell(plan_text(pred)), format_duration(pred.step_time_s),
+                   f"{q.gpu_hours_per_step:,.3g}"]
             if price:
-                cells.append(f"${q.cost_per_step_usd(price):,.2f}")
-            cells += [f"{pred.mfu * 100:.1f}%", "yes" if q.on_front else "no"]
-            pt.add_row(*cells)
-        out.append(pt)
+                row.append(f"${q.cost_per_step_usd(price):,.2f}")
+            row += [f"{pred.mfu * 100:.1f}%", "yes" if q.on_front else "no"]
+            prows.append(row)
+        out.append(Fit(pcols, prows, "Pareto: step time against GPUs",
+                       caption="GPU-hours per step is the cost at any price"))
+    return out
+
+
+# ---- compare ------------------------------------------------------------------------------------
+def _delta(x: float, better_low: bool) -> Text:
+    """A relative difference, green where better, red where worse."""
+    if abs(x) < 5e-4:
+        return Text("=", "dim")
+    good = (x < 0) == better_low
+    return Text(f"{x * 100:+.1f}%", "green" if good else "red")
+
+
+def compare_tables(c: "Comparison") -> list:
+    """`clustertwin compare`: the job, then one row per plan or cluster with its difference from the
+    first (green: better, red: worse), and what limits the baseline."""
+    from ..search.tuner import bottleneck, bottleneck_tag, plan_text
+    base = c.rows[0].prediction
+    job = base.job
+    same = f"{job.cluster.num_gpus:,} x {job.cluster.gpu.name}" if c.varies == "plan" else f"plan {plan_text(base)}"
+    out: list[Any] = [f"[bold]{job.model.name}[/bold] · {same} · seq {job.seq_len} · global batch "
+                      f"{job.plan.global_batch} · {job.plan.precision} · {job.framework}"]
+    cols = [Col("#", "right"), Col(c.varies, flex="wrap")]
+    if c.varies == "cluster":
+        cols.append(Col("GPUs", "right"))
+    cols += [Col("step", "right"), Col("Δ", "right"), Col("tokens/s\nper GPU", "right", drop=2),
+             Col("Δ", "right", drop=2), Col("MFU", "right", drop=3), Col("memory/GPU", "right"),
+             Col("bottleneck", drop=4)]
+    rows = []
+    for i, r in enumerate(c.rows):
+        p = r.prediction
+        mem = Text(f"{_gb(p.memory.total_bytes)} {p.memory.total_bytes / p.memory.capacity_bytes * 100:.0f}%",
+                   "" if p.fits else "red")
+        label = plan_cell(plan_text(p)) if c.varies == "plan" else r.label
+        row: list[Any] = [str(i + 1), label]
+        if c.varies == "cluster":
+            row.append(f"{p.job.cluster.num_gpus:,}")
+        base_row = i == c.baseline
+        row += [format_duration(p.step_time_s), Text("base", "dim") if base_row else _delta(r.delta("step_time_s"), True),
+                f"{p.tokens_per_s / p.job.cluster.num_gpus:,.0f}",
+                Text("base", "dim") if base_row else _delta(r.delta("tokens_per_s_per_gpu"), False),
+                f"{p.mfu * 100:.1f}%", mem, bottleneck_tag(p)]
+        rows.append(row)
+    out.append(Fit(cols, rows, f"{len(c.rows)} {c.varies}s against #1",
+                   caption="Δ: difference from #1; memory in red: does not fit"))
+    out.append(f"[bold]bottleneck of #1:[/bold] {bottleneck(base)}")
     return out
 
 
@@ -244,9 +421,6 @@ def goodput_tables(pred: Prediction, est: "GoodputEstimate") -> list:
     head = (f"{job.model.name} on {c.num_gpus:,} x {c.gpu.name} · plan {pred.graph.plan.short()} · "
             f"{est.tokens / 1e12:,.3g}T tokens in {est.steps:,} steps")
     ck, rs = est.checkpoint, est.restart
-    t = Table(show_header=False, title="time to train", title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
     rows = [
         ("step time", f"{_dur(est.step_time_s)}" + (f" ({_dur(est.step_time_s * (1 + est.straggler_slowdown))} with "
                                                     f"stragglers, +{est.straggler_slowdown * 100:.1f}%)"
@@ -258,34 +432,29 @@ def goodput_tables(pred: Prediction, est: "GoodputEstimate") -> list:
                      + (f" + {est.expected_planned_interruptions:,.0f} planned" if est.expected_planned_interruptions >= 0.5 else "")),
         ("checkpoint", f"{format_si(ck.bytes_total, 'B')} ({ck.mode}, writers {ck.writers}): save {_dur(ck.save_s)}, "
                        f"stall {_dur(ck.blocking_s)}, load {_dur(ck.load_s)}"),
-        ("interval", f"every {est.checkpoint_interval_steps:,} steps = {_dur(est.checkpoint_interval_s)} ({est.interval_source}); "
-                     f"Young {_dur(est.young_interval_s)}, Daly {_dur(est.daly_interval_s)} "
-                     f"(goodput {est.goodput_at_young * 100:.1f}% at Young's)"),
+        ("interval", f"every {est.checkpoint_interval_steps:,} steps = {_dur(est.checkpoint_interval_s)} "
+                     f"({est.interval_source})"),
+        ("", f"Young {_dur(est.young_interval_s)}, Daly {_dur(est.daly_interval_s)} "
+             f"(goodput {est.goodput_at_young * 100:.1f}% at Young's)"),
         ("restart", f"{_dur(rs.mean_s)} mean"
                     + (f"; hot spares {est.hot_spares} (free {rs.spare_available * 100:.0f}% of the time)" if est.hot_spares else "")),
     ]
-    for k, v in rows:
-        t.add_row(k, v)
-    lost = Table(title="where the time beyond the ideal goes", title_justify="left")
-    for col, just in (("part", "left"), ("time", "right"), ("share of expected", "right")):
-        lost.add_column(col, justify=just)  # type: ignore[arg-type]
+    t = _fields("time to train", rows)
     total = est.expected_time_to_train_s
-    for k, v in est.lost_s.items():
-        lost.add_row(k, _dur(v), f"{v / total * 100:.1f}%")
-    lost.add_row("total", _dur(total - est.ideal_time_to_train_s),
-                 f"{(total - est.ideal_time_to_train_s) / total * 100:.1f}%")
+    lrows = [[k, _dur(v), f"{v / total * 100:.1f}%"] for k, v in est.lost_s.items()]
+    lrows.append(["total", _dur(total - est.ideal_time_to_train_s),
+                  f"{(total - est.ideal_time_to_train_s) / total * 100:.1f}%"])
+    lost = Fit([Col("part"), Col("time", "right"), Col("share of expected", "right")], lrows,
+               "where the time beyond the ideal goes")
     out: list[Any] = [head, t, lost]
     mc = est.monte_carlo
     if mc is not None:
-        m = Table(show_header=False, title=f"Monte Carlo ({mc.runs:,} runs, seed {mc.seed})", title_justify="left")
-        m.add_column("field", style="bold")
-        m.add_column("value")
-        m.add_row("mean", f"{_dur(mc.mean_s)} ({(mc.mean_s / total - 1) * 100:+.2f}% vs analytic)")
         half = (mc.ci95_s[1] - mc.ci95_s[0]) / 2
-        m.add_row("95% CI of the mean", f"{_dur(mc.mean_s)} ± {_dur(half)} (± {half / mc.mean_s * 100:.2g}%)")
-        m.add_row("p5 - p95 of a run", f"{_dur(mc.p5_s)} - {_dur(mc.p95_s)}")
-        m.add_row("failures per run", f"{mc.mean_failures:,.1f}")
-        out.append(m)
+        out.append(_fields(f"Monte Carlo ({mc.runs:,} runs, seed {mc.seed})", [
+            ("mean", f"{_dur(mc.mean_s)} ({(mc.mean_s / total - 1) * 100:+.2f}% vs analytic)"),
+            ("95% CI of the mean", f"{_dur(mc.mean_s)} ± {_dur(half)} (± {half / mc.mean_s * 100:.2g}%)"),
+            ("p5 - p95 of a run", f"{_dur(mc.p5_s)} - {_dur(mc.p95_s)}"),
+            ("failures per run", f"{mc.mean_failures:,.1f}")]))
     return out
 
 
@@ -296,29 +465,26 @@ def sim_tables(result: "SimResult", predicted_step_time_s: float) -> list:
     out: list[Any] = [f"{job.model.name} on {job.cluster.num_gpus:,} x {job.cluster.gpu.name} · {g.plan.short()} · "
                       f"{g.num_microbatches} micro-batches · {job.framework}"]
     predicted = predicted_step_time_s
-    t = Table(show_header=False, title="replay of one iteration", title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
     base = result.baseline_step_time_s if result.baseline_step_time_s is not None else result.step_time_s
-    t.add_row("step time (sim)", format_duration(base) + (" without the slow GPU" if result.slow_rank is not None else ""))
-    t.add_row("step time (predict)", f"{format_duration(predicted)} (sim {100 * (base / predicted - 1):+.1f}%)")
+    rows = [("step time (sim)", format_duration(base) + (" without the slow GPU" if result.slow_rank is not None else "")),
+            ("step time (predict)", f"{format_duration(predicted)} (sim {100 * (base / predicted - 1):+.1f}%)")]
     if result.slow_rank is not None:
-        t.add_row("with the slow GPU", f"{format_duration(result.step_time_s)} "
-                                       f"({100 * (result.step_time_s / base - 1):+.1f}%): "
-                                       f"rank {result.slow_rank} computes {result.slowdown:g}x slower")
-    t.add_row("simulated", f"{len(result.ranks)} ranks standing for {job.cluster.num_gpus:,} GPUs "
-                           f"({result.tasks_simulated:,} tasks); TP/CP peers and DP replicas are symmetric")
-    out.append(t)
-    r = Table(title="per simulated rank", title_justify="left")
-    for col in ("rank", "stage", "replica", "stands for", "busy", "idle", "after last bwd", "ends"):
-        r.add_column(col, justify="right" if col not in ("replica",) else "left")
+        rows.append(("with the slow GPU", f"{format_duration(result.step_time_s)} "
+                                          f"({100 * (result.step_time_s / base - 1):+.1f}%): "
+                                          f"rank {result.slow_rank} computes {result.slowdown:g}x slower"))
+    rows.append(("simulated", f"{len(result.ranks)} ranks standing for {job.cluster.num_gpus:,} GPUs "
+                              f"({result.tasks_simulated:,} tasks); TP/CP peers and DP replicas are symmetric"))
+    out.append(_fields("replay of one iteration", rows))
+    rrows = []
     for x in result.ranks:
         s = x.summary()
-        r.add_row(str(x.rank), str(x.stage), x.replica + (" (slow GPU)" if x.rank == result.slow_rank else ""),
-                  f"{x.represents:,}", format_duration(s["compute_busy_s"] + s["optimizer_s"]),
-                  format_duration(s["idle_s"]), format_duration(s["end_s"] - s["last_backward_end_s"]),
-                  format_duration(s["end_s"]))
-    out.append(r)
+        rrows.append([str(x.rank), str(x.stage), x.replica + (" (slow GPU)" if x.rank == result.slow_rank else ""),
+                      f"{x.represents:,}", format_duration(s["compute_busy_s"] + s["optimizer_s"]),
+                      format_duration(s["idle_s"]), format_duration(s["end_s"] - s["last_backward_end_s"]),
+                      format_duration(s["end_s"])])
+    cols = [Col("rank", "right"), Col("stage", "right"), Col("replica", flex="wrap"), Col("stands\nfor", "right"),
+            Col("busy", "right"), Col("idle", "right"), Col("after\nlast bwd", "right"), Col("ends", "right")]
+    out.append(Fit(cols, rrows, "per simulated rank"))
     return out
 
 

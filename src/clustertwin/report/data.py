@@ -36,7 +36,7 @@ VIEWS = {
     "goodput": "Goodput against checkpoint interval",
     "timeline": "Pipeline timeline of one iteration",
 }
-STEPS = ("predict", "search", "goodput", "timeline")
+STEPS = ("predict", "search", "landscape", "goodput", "timeline")
 _MODES = ("sync", "async", "in-memory")
 
 
@@ -57,11 +57,13 @@ def build_report(model: Any = None, *, gpu: str | None = None, num_gpus: int | N
                  goodput_options: dict | None = None, search: bool = True, top: int = 10, objective: str = "time",
                  fix: str | dict | None = None, max_memory_fraction: float = 1.0, pareto_points: int = 3,
                  gpu_hour_price: float | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
-                 on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+                 on_step: Callable[[str], None] | None = None,
+                 on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """The report's data. The job arguments are every command's (clustertwin.jobs.JobOptions), the
     rest the search's and goodput's; without ``plan`` (and with a model, cluster or GPU count given)
     the search's best plan is the chosen one, searched over the job of ``search_inputs`` (the plan
-    fields given, e.g. ``micro_batch``, held fixed)."""
+    fields given, e.g. ``micro_batch``, held fixed). ``on_step(name)`` is called as each of STEPS
+    starts, ``on_progress(done, total)`` as the search and the landscape price plans."""
     from ..predict import predict_job
     step = on_step or (lambda name: None)
     if not isinstance(sample, int) or isinstance(sample, bool) or not (0 <= sample <= MAX_SAMPLE):
@@ -90,7 +92,7 @@ def build_report(model: Any = None, *, gpu: str | None = None, num_gpus: int | N
         tok, tok_source = _tokens(tokens, inputs.model)
         step("search")
         result = run_search(inputs.model, **inputs.search_kwargs(fix), tokens=tok if objective != "time" else None,
-                            goodput_options=_goodput_opts(goodput_options), **search_args)
+                            goodput_options=_goodput_opts(goodput_options), progress=on_progress, **search_args)
         pred = result.plans[0].prediction
         plan_source = f"search (best by {objective})"
     job = pred.job
@@ -105,13 +107,16 @@ def build_report(model: Any = None, *, gpu: str | None = None, num_gpus: int | N
             result = run_search(job.model, cluster=job.cluster, global_batch=job.plan.global_batch,
                                 seq_len=job.seq_len, precision=job.plan.precision, framework=job.framework,
                                 fix=fix, tokens=tok if objective != "time" else None,
-                                goodput_options=_goodput_opts(goodput_options), **search_args)
+                                goodput_options=_goodput_opts(goodput_options), progress=on_progress,
+                                **search_args)
         except ClusterTwinError as e:
             if e.field in ("objective", "top", "pareto_points", "tokens", "gpu_hour_price", "sample") \
                     or e.field.startswith("fix") or e.field.startswith("max_memory"):
                 raise
             search_error = e.one_line()
-    landscape = _landscape(result, pred, sample, seed, search, search_error)
+    if search and result is not None:
+        step("landscape")
+    landscape = _landscape(result, pred, sample, seed, search, search_error, on_progress)
 
     # ---- goodput
     step("goodput")
@@ -279,15 +284,22 @@ class _Collector:
         self.ref = [self.ref[i] for i in order]
 
 
-def _sample_space(space, k: int, seed: int) -> tuple[tuple[Any, _Collector] | None, str]:
+def _sample_space(space, k: int, seed: int, on_progress: Callable[[int, int], None] | None = None
+                  ) -> tuple[tuple[Any, _Collector] | None, str]:
     """Every feasible plan of ``space`` priced as the search prices them, sampled."""
     from ..calibrate.profile import profile_for
     from ..schedule.batch import BatchPricer
     try:
         pricer = BatchPricer(space, profile_for(space.cluster.gpu))
-        structures, _, _ = space.structures()
+        structures, pruned, evaluated = space.structures()
         col = _Collector(k, seed)
-        pricer.price(structures, col)
+        total, done = evaluated - sum(pruned.values()), [0]
+
+        def count(n: int) -> None:
+            done[0] += n
+            if on_progress is not None:
+                on_progress(done[0], total)
+        pricer.price(structures, col, progress=count)
         col.finish()
         return (pricer, col), ""
     except ClusterTwinError as e:
@@ -302,7 +314,8 @@ def _decode(pricer, ref: tuple) -> str:
     return p.short() + (",ovl=" + "+".join(flags) if flags else "")
 
 
-def _landscape(result, pred, sample: int, seed: int, enabled: bool, error: str | None) -> dict[str, Any]:
+def _landscape(result, pred, sample: int, seed: int, enabled: bool, error: str | None,
+               on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     from ..search.tuner import plan_text
     chosen = {"plan_text": plan_text(pred), "num_gpus": pred.job.cluster.num_gpus, "step_time_s": pred.step_time_s,
               "memory_bytes": float(pred.memory.total_bytes)}
@@ -311,7 +324,7 @@ def _landscape(result, pred, sample: int, seed: int, enabled: bool, error: str |
     if result is None:
         return {"status": "error", "note": f"the search found nothing to plot: {error}", "chosen": chosen}
     s = result.space
-    sampled, why = _sample_space(s, sample, seed)
+    sampled, why = _sample_space(s, sample, seed, on_progress)
     d: dict[str, Any] = {
         "status": "ok", "objective": result.objective, "evaluated": result.evaluated, "feasible": result.feasible,
         "pruned": dict(result.pruned), "elapsed_s": result.elapsed_s, "num_gpus": s.num_gpus,

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import SimpleNamespace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -428,11 +428,12 @@ class BatchPricer:
             self.plans = plans
 
     def price(self, structures: list[Structure], sink, plans: PlanSet | None = None,
-              every_stage: bool = False) -> tuple[int, int]:
+              every_stage: bool = False, progress: Callable[[int], None] | None = None) -> tuple[int, int]:
         """Price every plan of ``structures`` and offer each timed batch to ``sink`` (an object with
         ``offer(PricedRows)``). ``plans``: another PlanSet of the same job (it may differ in GPU count,
         global batch and memory limit only). ``every_stage``: price every pipeline stage apart (not
-        only the distinct ones), for the memory of each. Returns (plans that fit, plans that did not)."""
+        only the distinct ones), for the memory of each. ``progress``: called with the number of plans
+        just priced (fit or not) after each pipeline layout. Returns (plans that fit, plans that did not)."""
         self._use(plans)
         groups: dict[tuple[int, int], list[Structure]] = {}
         for s in structures:
@@ -445,12 +446,15 @@ class BatchPricer:
                 lay.time(fits, sink)
             feasible += f
             pruned += p
+            if progress is not None:
+                progress(f + p)
         return feasible, pruned
 
-    def run(self, structures: list[Structure], keep: int, plans: PlanSet | None = None) -> Evaluation:
-        """Price ``structures`` and keep the ``keep`` fastest plans."""
+    def run(self, structures: list[Structure], keep: int, plans: PlanSet | None = None,
+            progress: Callable[[int], None] | None = None) -> Evaluation:
+        """Price ``structures`` and keep the ``keep`` fastest plans (``progress``: as ``price``)."""
         best = TopK(keep)
-        feasible, pruned = self.price(structures, best, plans)
+        feasible, pruned = self.price(structures, best, plans, progress=progress)
         cands = [self.candidate(ref, i, t, mem) for t, mem, ref, i in best.best()]
         return Evaluation(cands, feasible, pruned, len(self._block_rows))
 

@@ -12,6 +12,7 @@ from rich.console import Console
 from ..cli_options import job_options
 from ..errors import SpecError
 from ..jobs import JobOptions
+from ..progress import progress_bar, shows_progress
 from ..units import parse_quantity
 from .tuner import OBJECTIVES
 
@@ -25,15 +26,6 @@ def parse_tokens(text: Optional[str]) -> Optional[float]:
     if tokens <= 0:
         raise SpecError("tokens", f"{text!r} must be a positive number of tokens", 'e.g. --tokens 15T')
     return tokens
-
-
-def _busy(text: str, quiet: bool):
-    """A spinner on a terminal's stderr while a search runs (it reports no finer progress)."""
-    from contextlib import nullcontext
-    err = Console(stderr=True)
-    if quiet or not err.is_terminal:
-        return nullcontext()
-    return err.status(text)
 
 
 SEARCH_PLAN_HELP = ('plan fields held fixed, the rest searched (like --fix), e.g. "tp=8,pp=4"; '
@@ -57,7 +49,8 @@ def register(app: typer.Typer) -> None:
             pareto_points: int = typer.Option(3, "--pareto-points",
                                               help="GPU counts in the Pareto view: N, N/2, ... (1: none)"),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)"),
-            quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress indicator")) -> None:
+            quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar (it shows on stderr, "
+                                                                   "and only on a terminal)")) -> None:
         """Find the best parallel plans: every valid plan enumerated, what cannot run pruned, the rest ranked.
         The job options are predict's; without them, the default job (Llama 3 8B on 64 H100s, global
         batch 256, sequence 8192)."""
@@ -65,10 +58,10 @@ def register(app: typer.Typer) -> None:
         from ..report.console import print_all, search_tables
         from .tuner import search
         inputs = search_inputs(job)
-        with _busy("searching plans", quiet or as_json):
+        with progress_bar("pricing plans", quiet=quiet) as update:
             r = search(inputs.model, **inputs.search_kwargs(fix), max_memory_fraction=max_memory_fraction, top=top,
                        objective=objective, tokens=parse_tokens(tokens), gpu_hour_price=gpu_hour_price,
-                       pareto_points=pareto_points)
+                       pareto_points=pareto_points, progress=update)
         if as_json:
             sys.stdout.write(json.dumps(r.to_json(), indent=2, default=float) + "\n")
             return
@@ -89,7 +82,7 @@ def register(app: typer.Typer) -> None:
         from .sweep import load_spec, run_sweep
         sw = load_spec(spec)
         summary = run_sweep(sw, output, executor=executor, workers=workers, ray_address=ray_address,
-                            progress=not (as_json or quiet))
+                            progress=shows_progress(quiet))
         if as_json:
             sys.stdout.write(json.dumps(summary.to_json(), indent=2) + "\n")
             return

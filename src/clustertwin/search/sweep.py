@@ -270,7 +270,10 @@ def _progress(enabled: bool, total: int):
     if not enabled or not total:
         return _NoProgress()
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-    return Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+
+    from ..progress import stderr_console    # never on stdout: the summary (or --json) goes there
+    return Progress(TextColumn("sweep"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=stderr_console())
 
 
 class _NoProgress:

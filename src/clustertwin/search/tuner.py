@@ -19,13 +19,14 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..catalog import load_model
 from ..calibrate.profile import profile_for
 from ..errors import PlanError, SpecError
 from ..predict import Prediction, predict_job, resolve_cluster
-from ..specs import ClusterSpec, ModelSpec, make_job
+from ..specs import ClusterSpec, ModelSpec, Plan, make_job
+from ..units import format_duration
 from ..schedule.batch import BatchPricer, Candidate
 from .space import PRUNE_REASONS, SearchSpace, make_space
 
@@ -45,6 +46,33 @@ class RankedPlan:
     @property
     def num_gpus(self) -> int:
         return self.prediction.job.cluster.num_gpus
+
+    @property
+    def plan(self) -> Plan:
+        """The plan (a specs.Plan: pass it to predict or make_training_job as ``plan=``)."""
+        return self.prediction.graph.plan
+
+    @property
+    def bottleneck_tag(self) -> str:
+        """What limits the plan in a few words (bottleneck_tag), for a table's cell."""
+        return bottleneck_tag(self.prediction)
+
+    def line(self) -> str:
+        """The plan in one line: rank, plan, GPUs, step, MFU, memory, the objective's figures, what limits it."""
+        p = self.prediction
+        extra = "".join(f", {name} {fmt(v)}" for name, v, fmt in (
+            ("time to train", self.time_to_train_s, format_duration), ("goodput", self.goodput, _pct),
+            ("cost", self.cost_usd, lambda c: f"${c:,.0f}")) if v is not None)
+        return (f"#{self.rank} {plan_text(p)} on {self.num_gpus:,} GPUs: step {format_duration(p.step_time_s)}, "
+                f"MFU {p.mfu * 100:.1f}%, memory {p.memory.total_bytes / 2**30:,.1f} GiB{extra} "
+                f"[{self.bottleneck_tag}]")
+
+    def __str__(self) -> str:
+        return f"{self.line()}\n  bottleneck: {self.bottleneck}"
+
+    def __repr__(self) -> str:
+        return (f"RankedPlan(rank={self.rank}, plan={plan_text(self.prediction)!r}, num_gpus={self.num_gpus}, "
+                f"step_time_s={self.prediction.step_time_s:.4g}, bottleneck_tag={self.bottleneck_tag!r})")
 
     def to_json(self) -> dict[str, Any]:
         p = self.prediction
@@ -112,6 +140,27 @@ class SearchResult:
     def plans_per_s(self) -> float:
         return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
+    @property
+    def best(self) -> RankedPlan:
+        """The first of ``plans``."""
+        return self.plans[0]
+
+    def __str__(self) -> str:
+        s = self.space
+        lines = [f"SearchResult: {s.model.name} on {s.num_gpus:,} x {s.cluster.gpu.name}, global batch "
+                 f"{s.global_batch}, seq {s.seq_len}, objective {self.objective}: {self.evaluated:,} plans "
+                 f"evaluated, {self.feasible:,} fit, in {self.elapsed_s:.2f} s"]
+        lines += ["  " + p.line() for p in self.plans[:3]]
+        if len(self.plans) > 3:
+            lines.append(f"  ... {len(self.plans) - 3} more in .plans; .to_json() for everything")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        s = self.space
+        return (f"SearchResult(model={s.model.name!r}, num_gpus={s.num_gpus}, objective={self.objective!r}, "
+                f"evaluated={self.evaluated}, feasible={self.feasible}, plans=[{len(self.plans)} RankedPlan], "
+                f"best={plan_text(self.plans[0].prediction) if self.plans else None!r})")
+
     def to_json(self) -> dict[str, Any]:
         s = self.space
         return {
@@ -136,18 +185,49 @@ def plan_text(p: Prediction) -> str:
 
 
 # ---- what limits a plan -------------------------------------------------------------------------
+# an overhead under this share of the step leaves the plan compute-bound
+_COMPUTE_BOUND_BELOW = 0.05
+# memory this full rules out relief that needs more of it
+_MEMORY_FULL_ABOVE = 0.9
+_TAGS = {"bubble": "bubble", "tp_comm": "TP comm", "recompute": "recompute", "dp_comm": "DP comm",
+         "pp_comm": "PP comm", "cp_comm": "CP comm", "ep_comm": "MoE a2a", "moe_imbalance": "MoE imbalance",
+         "optimizer": "optimizer"}
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.1f}%"
+
+
+def _worst_overhead(p: Prediction) -> tuple[str, dict[str, float]]:
+    """The part of the step beyond compute that takes the most time, and every part's share."""
+    total = p.step_time_s
+    share = {k: v / total for k, v in p.breakdown_s.items()}
+    overheads = {k: v for k, v in share.items() if k != "compute"}
+    return max(overheads, key=lambda k: overheads[k]), share
+
+
+def bottleneck_tag(p: Prediction) -> str:
+    """What limits a plan in a few words (the first words of ``bottleneck``): "compute 97%",
+    "bubble 23%", "TP comm 15%", with ", memory 95%" when memory is nearly full."""
+    worst, share = _worst_overhead(p)
+    if share[worst] < _COMPUTE_BOUND_BELOW:
+        tag = f"compute {share['compute'] * 100:.0f}%"
+    else:
+        tag = f"{_TAGS.get(worst, worst)} {share[worst] * 100:.0f}%"
+    mem_share = p.memory.total_bytes / p.memory.capacity_bytes
+    return tag + (f", memory {mem_share * 100:.0f}%" if mem_share > _MEMORY_FULL_ABOVE else "")
+
+
 def bottleneck(p: Prediction) -> str:
     """What dominates a plan's step beyond its compute, and what would relieve it, in words."""
-    b, total = p.breakdown_s, p.step_time_s
     plan = p.graph.plan
-    share = {k: v / total for k, v in b.items()}
+    worst, share = _worst_overhead(p)
     mem_share = p.memory.total_bytes / p.memory.capacity_bytes
     g = p.job.cluster.gpus_per_node
     overheads = {k: v for k, v in share.items() if k != "compute"}
-    worst = max(overheads, key=lambda k: overheads[k])
     x = f"{overheads[worst] * 100:.0f}%"
     m = p.graph.num_microbatches
-    if overheads[worst] < 0.05:
+    if overheads[worst] < _COMPUTE_BOUND_BELOW:
         text = (f"compute-bound: {share['compute'] * 100:.0f}% of the step computing, at {p.mfu * 100:.0f}% MFU; "
                 + ("relieve with FP8, " if plan.precision in ("bf16", "fp16") else "relieve with ")
                 + "larger GEMMs (a larger micro-batch or smaller tp) or more GPUs")
@@ -180,7 +260,7 @@ def bottleneck(p: Prediction) -> str:
         text = f"optimizer step {x}; relieve by sharding it (ZeRO-1 or higher, more DP ranks)"
     else:
         text = f"{worst} {x}"
-    if mem_share > 0.9:
+    if mem_share > _MEMORY_FULL_ABOVE:
         text += f"; memory {mem_share * 100:.0f}% full, so relief that needs more memory is out"
     return text
 
@@ -191,8 +271,11 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
            seq_len: int | None = None, precision: str = "bf16", framework: str = "megatron",
            fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10, objective: str = "time",
            tokens: float | None = None, gpu_hour_price: float | None = None, pareto_points: int = 3,
-           shortlist: int = 200, goodput_options: dict | None = None) -> SearchResult:
-    """The best plans for a model on a cluster at a global batch and sequence length."""
+           shortlist: int = 200, goodput_options: dict | None = None,
+           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+    """The best plans for a model on a cluster at a global batch and sequence length. ``progress``:
+    called as ``progress(plans priced, plans to price)`` while the plans are priced (every GPU count
+    of the Pareto view counted in), e.g. clustertwin.progress.progress_bar's update."""
     t0 = time.perf_counter()
     if objective not in OBJECTIVES:
         raise SpecError("objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
@@ -220,23 +303,30 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
     keep = max(top, shortlist) if objective != "time" else top
 
     structures, pruned, evaluated = space.structures()
-    ev = evaluator.run(structures, keep)
-    pruned = {**pruned, "memory": ev.memory_pruned} if ev.memory_pruned else pruned
-    main = _rank(space, ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
-    t_main = time.perf_counter() - t0
-
-    pareto = [ParetoPoint(space.num_gpus, main[0] if main else None, evaluated, ev.feasible, t_main)]
-    pool = list(main)
+    # the smaller GPU counts of the Pareto view, enumerated first so that the total to price is known
+    sizes = []
     for n in _smaller_sizes(space, pareto_points):
         t1 = time.perf_counter()
         sub = _resized(space, n)
         try:
-            s_structs, _, s_eval = sub.structures()
+            s_structs, s_pruned, s_eval = sub.structures()
         except PlanError:
             continue
-        s_ev = evaluator.run(s_structs, keep if objective == "cost" else 1, sub)
+        sizes.append((n, sub, s_structs, s_eval, s_eval - sum(s_pruned.values()), time.perf_counter() - t1))
+    count = _Counter(progress, evaluated - sum(pruned.values()) + sum(x[4] for x in sizes))
+    ev = evaluator.run(structures, keep, progress=count)
+    pruned = {**pruned, "memory": ev.memory_pruned} if ev.memory_pruned else pruned
+    main = _rank(space, ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
+    t_main = time.perf_counter() - t0 - sum(x[5] for x in sizes)
+
+    pareto = [ParetoPoint(space.num_gpus, main[0] if main else None, evaluated, ev.feasible, t_main)]
+    pool = list(main)
+    for n, sub, s_structs, s_eval, _, t_enum in sizes:
+        t1 = time.perf_counter()
+        s_ev = evaluator.run(s_structs, keep if objective == "cost" else 1, sub, progress=count)
         ranked = _rank(sub, s_ev.candidates, estimate_goodput, tokens, gpu_hour_price, goodput_options)
-        pareto.append(ParetoPoint(n, ranked[0] if ranked else None, s_eval, s_ev.feasible, time.perf_counter() - t1))
+        pareto.append(ParetoPoint(n, ranked[0] if ranked else None, s_eval, s_ev.feasible,
+                                  time.perf_counter() - t1 + t_enum))
         if objective == "cost":
             pool += ranked
     _mark_front(pareto)
@@ -262,6 +352,20 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
                  "steps_x_step_time" if tokens else "per_step")
     return SearchResult(space, objective, evaluated, ev.feasible, pruned, time.perf_counter() - t0, plans, pareto,
                         ev.shape_classes, tokens, gpu_hour_price, basis)
+
+
+class _Counter:
+    """Adds up the plans priced and reports the running count against the total."""
+
+    def __init__(self, report: Callable[[int, int], None] | None, total: int):
+        self.report, self.total, self.done = report, total, 0
+        if report is not None:
+            report(0, total)
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.report is not None:
+            self.report(self.done, self.total)
 
 
 def _goodput_function(required: bool):
@@ -332,5 +436,5 @@ def _mark_front(points: list[ParetoPoint]) -> None:
                              for q in have)
 
 
-__all__ = ["search", "SearchResult", "RankedPlan", "ParetoPoint", "bottleneck", "plan_text", "OBJECTIVES",
+__all__ = ["search", "SearchResult", "RankedPlan", "ParetoPoint", "bottleneck", "bottleneck_tag", "plan_text", "OBJECTIVES",
            "PRUNE_REASONS"]
