@@ -181,4 +181,4 @@ def test_a_row_whose_memory_does_not_fit_is_marked(tmp_path, capsys):
     assert by["too-big"]["memory_bytes"] > 80e9 and report.to_json()["n_not_fitting"] == 1
     assert main(["validate", str(p)]) == 0
     out = capsys.readouterr().out
-    assert "does not fit" in out and "predicted not to fit in GPU memory: 1" in out
+    assert "not to fit in GPU memory" in out and "predicted not to fit in GPU memory: 1" in out

@@ -291,12 +291,13 @@ def validation_table(rep: ValidationReport) -> Fit:
         style = "green" if abs(r.error) <= 0.08 else ("yellow" if abs(r.error) <= 0.2 else "red")
         predicted: Any = f"{r.predicted:.4g}"
         if r.fits is False:
-            predicted = Text.assemble(predicted, (" (does not fit)", "red"))
+            predicted = Text.assemble(predicted, ("*", "red"))
         rows.append(first + [predicted, Text(f"{r.error * 100:+.1f}%", style)])
     cols = [Col("run", flex="wrap")] + ([] if one else [Col("metric")]) + [
         Col("measured", "right"), Col("predicted", "right"),
         Col("error", "right", flex="cut" if rep.failed_rows else None)]
-    return Fit(cols, rows, "predicted against measured" + (f": {next(iter(metrics))}" if one else ""))
+    return Fit(cols, rows, "predicted against measured" + (f": {next(iter(metrics))}" if one else ""),
+               caption="*: predicted not to fit in GPU memory" if rep.not_fitting else None)
 
 
 # ---- search -------------------------------------------------------------------------------------
