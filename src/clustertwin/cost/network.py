@@ -134,7 +134,7 @@ class NetworkPricer:
         the switch radix (2 up to nodes_per_leaf x radix nodes, a two-tier fat tree, and so on)."""
         if pl.nodes <= 1:
             return 0
-        tiers, reach = 1, self.nodes_per_leaf
+        tiers, reach = 1, float(self.nodes_per_leaf)
         while pl.node_span > reach:
             tiers, reach = tiers + 1, reach * _SWITCH_RADIX
         return tiers
