@@ -63,17 +63,21 @@ def test_code_reads_the_table():
     assert compute._TILES[2] == (128, 128, value("gemm_tile_efficiency.128x128"))
     assert compute.OPTIMIZER_KERNELS == value("optimizer.kernels")
     assert step.BUCKET_ELEMENTS == value("schedule.dp_bucket_elements")
-    assert step._FSDP_EXPOSED_FLOOR == value("schedule.fsdp_exposed_floor")
+    assert step.FSDP_PREFETCH_UNITS == value("schedule.fsdp_prefetch_units")
     assert memory._ADAM_WITH_MASTER == value("memory.adam_bytes_per_param_with_master")
     assert ClusterSpec.model_fields["inter_node_latency_s"].default == value("cluster.inter_node_latency_s")
     assert ClusterSpec.model_fields["nodes_per_leaf"].default == value("cluster.nodes_per_leaf")
     assert GPUSpec.model_fields["pcie_bandwidth_bytes_per_s"].default == value("gpu.pcie_bandwidth_bytes_per_s")
 
 
-def test_fsdp_floor_is_the_exposed_share_when_compute_hides_everything():
+def test_fsdp_exposes_the_first_gather_and_the_last_reduce_scatter_when_compute_hides_the_rest():
     from clustertwin.schedule.step import exposed_fsdp
-    assert exposed_fsdp(1.0, 10.0, 10.0, True) == pytest.approx(value("schedule.fsdp_exposed_floor"))
-    assert exposed_fsdp(1.0, 10.0, 10.0, False) == 1.0
+    # 10 units, 1 s of gathers and 0.5 s of reduce-scatters per pass, ample compute: one unit's
+    # gather in the forward, one gather and one reduce-scatter in the backward stay exposed
+    assert exposed_fsdp(1.0, 0.5, 10, 10.0, 20.0, True) == pytest.approx(0.1 + 0.1 + 0.05)
+    assert exposed_fsdp(1.0, 0.5, 10, 10.0, 20.0, False) == 2.5
+    # compute shorter than the collectives: every unit exposes the difference
+    assert exposed_fsdp(1.0, 0.5, 10, 0.5, 1.0, True) == pytest.approx(0.1 + 9 * 0.05 + 0.15 + 9 * 0.05)
 
 
 def _numbers(path: Path) -> list[tuple[int, object]]:
@@ -86,7 +90,7 @@ def _numbers(path: Path) -> list[tuple[int, object]]:
             and id(n) not in skip]
 
 
-# structural numbers that are no modelling constant: network.py's (collectives x 4 terms) array
+# structural numbers that are no modelling constant: network.py's menu rows of 4 terms
 _STRUCTURAL = {"cost/network.py": {4}}
 
 

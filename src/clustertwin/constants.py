@@ -208,10 +208,12 @@ _SCHEDULE: list[Constant] = [
              "Megatron-Core DistributedDataParallelConfig.bucket_size: default max(40M, 1M x dp) parameters "
              "(megatron/core/distributed/distributed_data_parallel_config.py); the 1M x dp term is not modelled",
              "exposed DP time: the last gradient bucket's reduction starts when the backward ends, never hidden"),
-    Constant("schedule.fsdp_exposed_floor", 0.05, "fraction",
-             "assumed: FSDP/ZeRO-3 prefetch never hides every gather (the first unit's gather and the last "
-             "reduce-scatter wait); no measurement at hand",
-             "exposed FSDP time: at least this share of the per-micro-batch FSDP traffic stays exposed"),
+    Constant("schedule.fsdp_prefetch_units", 1, "units",
+             "PyTorch FSDP2 (torch.distributed.fsdp.fully_shard) prefetches the next unit's all-gather while "
+             "the current unit computes (implicit prefetching, one unit ahead; FSDP1 backward_prefetch="
+             "BACKWARD_PRE likewise one); DeepSpeed ZeRO-3 prefetches parameter groups up to "
+             "stage3_prefetch_bucket_size, taken as one unit",
+             "exposed FSDP time: a unit's collectives hide under this many units' compute"),
 ]
 
 _MEMORY: list[Constant] = [
@@ -242,21 +244,124 @@ _NETWORK: list[Constant] = [
              "under one rail of leaf switches",
              "collective time: a group spread over more nodes pays the fat-tree's oversubscription "
              "(default of ClusterSpec.nodes_per_leaf)"),
-    Constant("cluster.intra_node_latency_s", 2e-6, "s",
-             "NVIDIA/nccl src/graph/tuning.cc hwLat: a ring step on NVLink costs 1.9 us (LL128) to 3.4 us "
-             "(Simple); near the LL128 end (default of ClusterSpec.intra_node_latency_s)",
-             "collective latency per ring step or tree level inside a node"),
-    Constant("cluster.inter_node_latency_s", 5e-6, "s",
-             "NVIDIA/nccl src/graph/tuning.cc hwLat: a ring step on the network costs 4.0 us (LL128) to 14 us "
-             "(Simple); near the LL128 end (default of ClusterSpec.inter_node_latency_s)",
-             "collective latency per ring step or tree level across nodes, and pipeline p2p latency"),
+    Constant("cluster.intra_node_latency_s", 1.9e-6, "s",
+             "NVIDIA/nccl src/graph/tuning.cc hwLatencies NVLINK: a ring step costs 1.9 us with LL128 "
+             "(default of ClusterSpec.intra_node_latency_s)",
+             "collective latency: a ring step on NVLink with LL128; a cluster's larger figure adds the "
+             "difference to every NVLink step of every protocol; pipeline p2p latency inside a node"),
+    Constant("cluster.inter_node_latency_s", 4e-6, "s",
+             "NVIDIA/nccl src/graph/tuning.cc hwLatencies NET: a ring step costs 4.0 us with LL128 on "
+             "InfiniBand, whose net plugin adds no latency (net_ib props->latency = 0) "
+             "(default of ClusterSpec.inter_node_latency_s)",
+             "collective latency: a ring step on the network with LL128; a cluster's larger figure adds the "
+             "difference to every network step (twice for Simple), as NCCL adds a net plugin's latency; "
+             "pipeline p2p latency across nodes"),
     Constant("gpu.pcie_bandwidth_bytes_per_s", 32e9, "bytes/s",
              "PCIe 4.0 x16: 64 GB/s both ways, 32 GB/s each way (A100 datasheet); the default of a GPU preset "
              "that gives none",
              "collective time on a PCIe scale-up fabric (GPUSpec.pcie_bandwidth_bytes_per_s default)"),
 ]
 
-CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_WORKLOAD, *_SCHEDULE, *_MEMORY, *_NETWORK)
+
+# ---- collectives as NCCL prices them ---------------------------------------------------------------
+_TUNING = ("NVIDIA/nccl src/graph/tuning.cc (commit 5067397c2676d5aed50042fc39e5c8ee96eb0027, 2026-06) "
+           "ncclTunerConstantsDefaults")
+_TUNING_MODEL = ("NVIDIA/nccl src/graph/tuning.cc (commit 5067397c2676d5aed50042fc39e5c8ee96eb0027) "
+                 "ncclTopoTuneModel")
+_LAT = "collective latency: {what} of the {algo} algorithm with the {proto} protocol (NCCL's cost model)"
+_PROTOS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
+
+
+def _nccl_latencies() -> list[Constant]:
+    out = []
+    tables = {
+        "base": ({"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4), "pat": (None, None, 8.0),
+                  "nvls": (None, None, 0.0), "nvls_tree": (None, None, 0.0)},
+                 "baseLatencies", "fixed cost per call"),
+        "nvlink": ({"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (None, None, 25.0)},
+                   "hwLatencies NVLINK", "cost per step on NVLink"),
+        "net": ({"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls_tree": (None, None, 20.9),
+                 "pat": (None, None, 14.0)},
+                "hwLatencies NET", "cost per step on the network"),
+    }
+    for tier, (table, label, what) in tables.items():
+        for algo, vals in table.items():
+            for proto, v in zip(_PROTOS, vals):
+                if v is None:
+                    continue
+                out.append(Constant(f"nccl.latency.{tier}.{algo}.{proto}", v * 1e-6, "s",
+                                    f"{_TUNING} {label}, {algo} {_PROTOS[proto]}: {v:g} us",
+                                    _LAT.format(what=what, algo=algo, proto=_PROTOS[proto])))
+    return out
+
+
+_NCCL: list[Constant] = [
+    *_nccl_latencies(),
+    Constant("nccl.net_overhead_s", 1e-6, "s",
+             _TUNING_MODEL + " getNetOverhead: 1 us per network post on x86 (Intel; AMD 2 us); assumed Intel, the "
+             "DGX H100 host CPU",
+             "collective latency: floor of a ring step inside a node when the ring also crosses the network"),
+    Constant("nccl.net_overhead_simple_factor", 3, "ratio",
+             _TUNING_MODEL + ": netOverhead *= 3 for the Simple protocol",
+             "collective latency: the network post overhead of a Simple ring step"),
+    Constant("nccl.ring_simple_plateau", 1.4, "ratio",
+             "NVIDIA/nccl src/graph/tuning.cc ncclTopoGetAlgoTime: 'Plateau effect of ring', latency x1.4 for a "
+             "multi-node Simple ring all-reduce (compute capability 8.0 and above)",
+             "collective latency: multi-node ring all-reduce with the Simple protocol"),
+    Constant("nccl.ll_bandwidth_factor", 0.5, "ratio",
+             _TUNING_MODEL + ": ring LL busBw * .5 (LL sends 8-byte lines of 4 bytes data, 4 bytes flag)",
+             "collective bandwidth: LL protocol's share of the link bandwidth (ring)"),
+    Constant("nccl.ll128_bandwidth_factor", 0.92, "ratio",
+             _TUNING_MODEL + ": ring LL128 busBw * 0.92 (120 data bytes per 128-byte line)",
+             "collective bandwidth: LL128 protocol's share of the link bandwidth (ring)"),
+    Constant("nccl.ll_max_busbw.ampere", 87.7e9, "bytes/s", _TUNING + " llMaxBws Ampere-N1: 87.7 GB/s",
+             "collective bandwidth: cap of the LL protocol's bus bandwidth inside one Ampere node"),
+    Constant("nccl.ll_max_busbw.hopper", 141e9, "bytes/s", _TUNING + " llMaxBws Hopper-N1: 141 GB/s",
+             "collective bandwidth: cap of the LL protocol's bus bandwidth inside one Hopper node"),
+    Constant("nccl.ll_max_busbw.blackwell", 282e9, "bytes/s", _TUNING + " llMaxBws Blackwell-N1: 2 x 141 GB/s",
+             "collective bandwidth: cap of the LL protocol's bus bandwidth inside one Blackwell node"),
+    Constant("nccl.ll_max_busbw.net_2nodes", 39e9, "bytes/s",
+             _TUNING + " llMaxBws Intel-N2: 39 GB/s (x86 Intel host assumed, as for nccl.net_overhead_s)",
+             "collective bandwidth: cap of the LL protocol's bus bandwidth over two nodes"),
+    Constant("nccl.ll_max_busbw.net_many", 20.4e9, "bytes/s",
+             _TUNING + " llMaxBws Intel-N4: 20.4 GB/s (x86 Intel host assumed)",
+             "collective bandwidth: cap of the LL protocol's bus bandwidth over three nodes or more"),
+    Constant("nccl.tree_bandwidth_factor", 0.92, "ratio", _TUNING_MODEL + ": tree all-reduce busBw * .92",
+             "collective bandwidth: tree all-reduce's share of the link bandwidth"),
+    Constant("nccl.tree_ll_bandwidth_factor", 1 / 3.8, "ratio", _TUNING_MODEL + ": tree LL busBw * 1.0 / 3.8",
+             "collective bandwidth: LL protocol's share with the tree algorithm"),
+    Constant("nccl.tree_ll128_bandwidth_factor", 120 / 128, "ratio",
+             _TUNING_MODEL + ": tree LL128 busBw * 120.0 / 128.0 across nodes",
+             "collective bandwidth: LL128 protocol's share with the tree algorithm"),
+    Constant("nccl.pat_bandwidth_factor", 0.75, "ratio", _TUNING_MODEL + ": PAT busBw *= .75",
+             "collective bandwidth: PAT (all-gather / reduce-scatter, one rank per node) against a ring"),
+    Constant("nccl.pat_latency_per_rank_s", 2.8e-6, "s", _TUNING_MODEL + ": PAT latency + nRanks * 2.8 us",
+             "collective latency: PAT's linear term per rank"),
+    Constant("nccl.pat_log_latency_divisor", 3.5, "ratio",
+             _TUNING_MODEL + ": PAT latency log2i(nNodes) * (interLat / 3.5)",
+             "collective latency: PAT's per-level network latency, as a fraction of a network step"),
+    Constant("nccl.nvls_allreduce_efficiency.hopper", 0.61, "fraction of link",
+             "data/validation/nccl_tests.csv: NVLS all-reduce on one 8-GPU H100/H200 node plateaus at 477-480 GB/s "
+             "bus bandwidth (dgxc-benchmarking v25.10 DGX H100; Azure ND H100 v5 and ND H200 v5, NVLS), i.e. "
+             "480 / (2 x 7/8) = 274 GB/s algorithm bandwidth = 0.61 of NVLink 4's 450 GB/s per direction",
+             "collective bandwidth: NVLink SHARP (NVLS) all-reduce algorithm bandwidth over the link peak"),
+    Constant("nccl.nvls_allreduce_efficiency.blackwell", 0.53, "fraction of link",
+             "assumed: Hopper's measured 0.61 scaled by NCCL's nvlsEfficiency Blackwell/Hopper 0.74/0.85 "
+             "(tuning.cc); no Blackwell NVLS measurement at hand",
+             "collective bandwidth: NVLink SHARP (NVLS) all-reduce algorithm bandwidth over the link peak"),
+    Constant("cluster.switch_radix", 64, "ports",
+             "NVIDIA Quantum-2 (QM9700) InfiniBand switch: 64 ports of 400 Gb/s; a two-tier fat tree of them "
+             "reaches 64 x 32 = 2,048 endpoints per rail at full bisection",
+             "switch tiers a group crosses: one leaf up to nodes_per_leaf nodes, two tiers up to "
+             "nodes_per_leaf x radix, three beyond"),
+    Constant("cluster.switch_hop_latency_s", 0.3e-6, "s",
+             "assumed: cut-through port-to-port latency of a 400G InfiniBand switch is quoted at 130-400 ns in "
+             "vendor material (Quantum-2 class); no NVIDIA datasheet figure at hand",
+             "collective latency: each switch tier beyond the leaf adds two hops (up and down) to a network step"),
+]
+
+CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_WORKLOAD, *_SCHEDULE, *_MEMORY, *_NETWORK,
+                                   *_NCCL)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

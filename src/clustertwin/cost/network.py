@@ -1,12 +1,32 @@
-"""Price collectives on the topology.
+"""Price collectives on the topology, as NCCL prices them.
 
 Groups are placed by Megatron's rank order (tp innermost, then cp, then dp, then pp;
-``parallel/layout.py`` places them): a group is described by its size and the stride between its
-ranks, which decides how many of its ranks share a node and how many nodes it spans. Ring algorithms (NCCL) move 2(n-1)/n of the buffer for
-all-reduce and (n-1)/n for all-gather / reduce-scatter / all-to-all. A ring spanning nodes crosses
-each node boundary once per channel: with g ranks per node, the ring's inter-node bandwidth is the
-NIC bandwidth of those g GPUs (g x per-GPU NIC), capped by NVLink. Traffic between leaf switches
-pays the fat-tree's oversubscription. Latency: per ring step, or per tree level for large groups.
+``parallel/layout.py`` places them): a group is described by its size, how many of its ranks share
+a node and how many nodes it spans.
+
+A collective's time is that of the fastest (algorithm, protocol) pair NCCL offers for it, each
+priced as NCCL's own cost model prices it (NVIDIA/nccl ``src/graph/tuning.cc``, ncclTopoTuneModel
+and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
+
+* Protocols: **Simple** runs at the link's bus bandwidth with the highest per-step latency,
+  **LL128** at 0.92 of it, **LL** at half of it (capped) with the lowest latency: small messages
+  take LL, large ones Simple.
+* **Ring** (every collective): all-reduce takes 2(n-1) steps, all-gather / reduce-scatter n-1;
+  the steps crossing nodes (2(N-1) or N-1 over N nodes) pay the network latency, the rest NVLink's.
+  A ring spanning nodes crosses each node boundary once per channel: with g ranks per node its
+  inter-node bus bandwidth is the NIC bandwidth of those g GPUs, capped by NVLink.
+* **Tree** (all-reduce across nodes): a chain inside each node and a double binary tree between
+  nodes, 2 (ranks per node - 1) NVLink steps and 2 log2(N) network steps; each node sends and
+  receives 2(N-1)/N of the buffer over its NICs (the whole buffer at N = 2, where a ring sends
+  nearly twice that), and each GPU of the chain sends the buffer up and down through its one
+  NVSwitch port (half the link each way: NCCL's tree ratio .5).
+* **NVLS** (NVLink SHARP, all-reduce inside a Hopper/Blackwell NVSwitch node) and **NVLS tree**
+  (across nodes): the switch reduces, at the measured NVLS bandwidth.
+* **PAT** (all-gather / reduce-scatter with one rank per node, NCCL 2.23+): log-depth latency
+  plus a linear term, at 0.75 of the ring's bandwidth.
+
+Traffic between leaf switches pays the fat-tree's oversubscription, and each switch tier beyond
+the leaf adds two hops to every network step (tiers from the group's node span and the switch radix).
 """
 from __future__ import annotations
 
@@ -15,18 +35,45 @@ from typing import Sequence
 
 import numpy as np
 
+from ..constants import value
 from ..parallel.layout import GroupPlacement
 from ..specs.hardware import ClusterSpec
-from .profile import HardwareProfile
+from .profile import HardwareProfile, architecture_of
 
 
-_BUS_FACTOR = {
+BUS_FACTOR = {
     "all_reduce": lambda n: 2.0 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
     "send_recv": lambda n: 1.0,
 }
+
+PROTOCOLS = ("ll", "ll128", "simple")
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
+_RING, _TREE_ALGO, _NVLS, _NVLS_TREE, _PAT = (ALGORITHMS.index(a) for a in ALGORITHMS)
+# columns of a menu row: latency, seconds per byte, algorithm, protocol
+_COLS = 4
+_LAT_COL, _INV_COL, _ALG_COL, _PROTO_COL = range(_COLS)
+
+
+def _lat(tier: str, algo: str, proto: str) -> float:
+    return value(f"nccl.latency.{tier}.{algo}.{proto}")
+
+
+_LL = value("nccl.ll_bandwidth_factor")
+_LL128 = value("nccl.ll128_bandwidth_factor")
+_TREE = value("nccl.tree_bandwidth_factor")
+_TREE_PROTO = {"ll": value("nccl.tree_ll_bandwidth_factor"), "ll128": value("nccl.tree_ll128_bandwidth_factor"),
+               "simple": 1.0}
+_PAT_BW = value("nccl.pat_bandwidth_factor")
+_PAT_PER_RANK = value("nccl.pat_latency_per_rank_s")
+_PAT_LOG_DIV = value("nccl.pat_log_latency_divisor")
+_NET_OVERHEAD = value("nccl.net_overhead_s")
+_NET_OVERHEAD_SIMPLE = value("nccl.net_overhead_simple_factor")
+_PLATEAU = value("nccl.ring_simple_plateau")
+_SWITCH_RADIX = value("cluster.switch_radix")
+_HOP = value("cluster.switch_hop_latency_s")
 
 
 def expected_target_nodes(top_k: int, nodes: int, groups: int = 0, topk_groups: int = 0) -> float:
@@ -45,6 +92,10 @@ def ring_time(bus_factor, nbytes, bandwidth, latency):
     return bus_factor * nbytes / bandwidth + latency
 
 
+def _log2i(x: int) -> int:
+    return max(0, int(x).bit_length() - 1)
+
+
 class NetworkPricer:
     def __init__(self, cluster: ClusterSpec, profile: HardwareProfile):
         self.cluster = cluster
@@ -55,13 +106,41 @@ class NetworkPricer:
             self.nvlink = min(self.nvlink, node.gpu.pcie_bandwidth_bytes_per_s * profile.nvlink_efficiency)
         self.nic_per_gpu = node.nic_bandwidth_per_gpu * profile.nic_efficiency
         self.nodes_per_leaf = cluster.nodes_per_leaf
+        arch = architecture_of(cluster.gpu)
+        self.arch = arch
+        # NVLS: NVLink SHARP needs NVSwitches of a Hopper or later node
+        nvls_key = f"nccl.nvls_allreduce_efficiency.{arch}"
+        self.nvls = None
+        if node.scaleup_fabric == "nvswitch" and self.G > 1 and arch in ("hopper", "blackwell"):
+            self.nvls = node.gpu_scaleup_bandwidth * value(nvls_key)
+        self.ll_max_node = value(f"nccl.ll_max_busbw.{arch}") if arch in ("ampere", "hopper", "blackwell") \
+            else value("nccl.ll_max_busbw.ampere")
+        # a cluster's latency above NCCL's LL128 ring step is added to every step of its tier (NCCL adds
+        # a net plugin's latency to every protocol's network step, twice for Simple)
+        self.extra_intra = max(0.0, cluster.intra_node_latency_s - _lat("nvlink", "ring", "ll128"))
+        self.extra_inter = max(0.0, cluster.inter_node_latency_s - _lat("net", "ring", "ll128"))
+        self._options: dict[tuple[str, GroupPlacement], np.ndarray] = {}
+        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float]]] = {}
 
+    # ---- the fabric --------------------------------------------------------------------------------
     def _taper(self, pl: GroupPlacement) -> float:
         if pl.node_span > self.nodes_per_leaf:
             return self.cluster.oversubscription
         return 1.0
 
+    def switch_tiers(self, pl: GroupPlacement) -> int:
+        """Switch tiers a group's traffic climbs in a fat tree: 0 inside a node, 1 under one leaf
+        (nodes_per_leaf nodes), and one more each time the node span outgrows the tier below times
+        the switch radix (2 up to nodes_per_leaf x radix nodes, a two-tier fat tree, and so on)."""
+        if pl.nodes <= 1:
+            return 0
+        tiers, reach = 1, float(self.nodes_per_leaf)
+        while pl.node_span > reach:
+            tiers, reach = tiers + 1, reach * _SWITCH_RADIX
+        return tiers
+
     def bandwidth(self, pl: GroupPlacement, kind: str) -> float:
+        """Bus bandwidth of a ring with the Simple protocol (the link's NCCL bandwidth)."""
         if pl.nodes == 1:
             return self.nvlink
         nic = self.nic_per_gpu / self._taper(pl)
@@ -69,15 +148,112 @@ class NetworkPricer:
             return nic
         return min(self.nvlink, pl.ranks_per_node * nic)
 
+    def _step_latency(self, pl: GroupPlacement) -> float:
+        """Per-step latency of the cluster's figures (all-to-all and send/recv)."""
+        if pl.nodes > 1:
+            return self.cluster.inter_node_latency_s + 2 * _HOP * max(0, self.switch_tiers(pl) - 1)
+        return self.cluster.intra_node_latency_s
+
     def latency(self, pl: GroupPlacement, kind: str) -> float:
-        n = pl.size
-        alpha = self.cluster.inter_node_latency_s if pl.nodes > 1 else self.cluster.intra_node_latency_s
+        """The least latency of a collective on ``pl`` (its smallest message's time)."""
+        if kind in ("send_recv", "all_to_all"):
+            return self._p2p_latency(pl, kind)
+        opts = self.options(kind, pl)
+        return float(opts[:, 0].min()) if len(opts) else 0.0
+
+    def _p2p_latency(self, pl: GroupPlacement, kind: str) -> float:
+        alpha = self._step_latency(pl)
         if kind == "send_recv":
             return alpha
-        ring_steps = (2 if kind == "all_reduce" else 1) * (n - 1)
-        tree_steps = (2 if kind == "all_reduce" else 1) * (math.ceil(math.log2(n)) + 1)
-        return alpha * min(ring_steps, tree_steps)
+        n = pl.size
+        return alpha * min(n - 1, math.ceil(math.log2(n)) + 1)
 
+    # ---- NCCL's (algorithm, protocol) menu ---------------------------------------------------------
+    def options(self, kind: str, pl: GroupPlacement) -> np.ndarray:
+        """NCCL's choices for ``kind`` on ``pl``: rows of (latency s, seconds per byte, algorithm index,
+        protocol index); the time of a message is the least latency + bytes x seconds per byte."""
+        key = (kind, pl)
+        got = self._options.get(key)
+        if got is None:
+            got = self._options[key] = np.array(self._menu(kind, pl), dtype=float).reshape(-1, _COLS)
+        return got
+
+    def _menu(self, kind: str, pl: GroupPlacement) -> list[tuple[float, float, int, int]]:
+        n, N, ppn = pl.size, pl.nodes, pl.ranks_per_node
+        if n <= 1:
+            return []
+        if kind in ("send_recv", "all_to_all"):
+            return [(self._p2p_latency(pl, kind), BUS_FACTOR[kind](n) / self.bandwidth(pl, kind),
+                     _RING, PROTOCOLS.index("simple"))]
+        ar = kind == "all_reduce"
+        out: list[tuple[float, float, int, int]] = []
+        tier_hops = 2 * _HOP * max(0, self.switch_tiers(pl) - 1)
+
+        def net_lat(algo: str, proto: str) -> float:
+            extra = self.extra_inter * (2 if proto == "simple" else 1)
+            return _lat("net", algo, proto) + extra + tier_hops
+
+        def nv_lat(algo: str, proto: str) -> float:
+            return _lat("nvlink", algo, proto) + self.extra_intra
+
+        ll_max = self.ll_max_node if N == 1 else value("nccl.ll_max_busbw.net_2nodes" if N == 2
+                                                       else "nccl.ll_max_busbw.net_many")
+        factor = BUS_FACTOR[kind](n)
+        # ring
+        busbw = self.bandwidth(pl, kind)
+        nsteps = (2 if ar else 1) * (n - 1)
+        n_inter = 0 if N == 1 else (2 if ar else 1) * (N - 1)
+        for p, proto in enumerate(PROTOCOLS):
+            bw = {"ll": min(busbw * _LL, ll_max), "ll128": busbw * _LL128, "simple": busbw}[proto]
+            intra = nv_lat("ring", proto)
+            if N > 1:
+                intra = max(intra, _NET_OVERHEAD * (_NET_OVERHEAD_SIMPLE if proto == "simple" else 1))
+            inter = net_lat("tree" if ppn == 1 else "ring", proto)
+            lat = _lat("base", "ring", proto) + (nsteps - n_inter) * intra + n_inter * inter
+            if ar and N > 1 and proto == "simple":
+                lat *= _PLATEAU
+            out.append((lat, factor / bw, _RING, p))
+        if ar and N > 1:
+            # tree: NVLink chain in the node, double binary tree between nodes
+            node_nic = ppn * self.nic_per_gpu / self._taper(pl)
+            # each GPU of the chain sends up (reduce) and down (broadcast) through its one NVSwitch
+            # port: half the link each (NCCL's tree ratio .5)
+            chain = self.nvlink / 2 if ppn > 1 else math.inf
+            algbw = _TREE * min(chain, node_nic / (2.0 * (N - 1) / N))
+            for p, proto in enumerate(PROTOCOLS):
+                bw = algbw * _TREE_PROTO[proto]
+                if proto == "ll":
+                    bw = min(bw, ll_max / 2)       # NCCL caps the tree's LL bus bandwidth; algbw = busbw / 2
+                lat = _lat("base", "tree", proto) + 2 * ((ppn - 1) * nv_lat("tree", proto)
+                                                         + _log2i(N) * net_lat("tree", proto))
+                out.append((lat, 1.0 / bw, _TREE_ALGO, p))
+        simple = PROTOCOLS.index("simple")
+        if ar and self.nvls is not None and ppn > 1:
+            if N == 1:
+                out.append((_lat("base", "nvls", "simple") + nv_lat("nvls", "simple"), 1.0 / self.nvls, _NVLS, simple))
+            else:
+                node_nic = ppn * self.nic_per_gpu / self._taper(pl)
+                algbw = min(self.nvls, node_nic / (2.0 * (N - 1) / N))
+                lat = (_lat("base", "nvls_tree", "simple") + nv_lat("nvls", "simple")
+                       + 2 * _log2i(N) * net_lat("nvls_tree", "simple"))
+                out.append((lat, 1.0 / algbw, _NVLS_TREE, simple))
+        if not ar and N > 1 and ppn == 1:
+            # PAT: all-gather / reduce-scatter with one rank per node
+            lat = (_lat("base", "pat", "simple") + _log2i(N) * net_lat("pat", "simple") / _PAT_LOG_DIV
+                   + n * _PAT_PER_RANK)
+            out.append((lat, factor / (_PAT_BW * busbw), _PAT, simple))
+        return out
+
+    def choose(self, kind: str, nbytes: float, pl: GroupPlacement) -> tuple[str, str, float]:
+        """(algorithm, protocol, seconds) NCCL's model would pick for one collective."""
+        opts = self.options(kind, pl)
+        if not len(opts) or nbytes <= 0:
+            return "none", "none", 0.0
+        t = opts[:, _LAT_COL] + nbytes * opts[:, _INV_COL]
+        i = int(np.argmin(t))
+        return ALGORITHMS[int(opts[i, _ALG_COL])], PROTOCOLS[int(opts[i, _PROTO_COL])], float(t[i])
+
+    # ---- pricing -----------------------------------------------------------------------------------
     def time(self, kind: str, nbytes: float, pl: GroupPlacement, node_dedup: tuple[int, ...] | None = None) -> float:
         """Seconds for one collective of ``nbytes`` per rank on a group placed as ``pl``.
 
@@ -91,7 +267,7 @@ class NetworkPricer:
             return 0.0
         if kind == "all_to_all" and pl.nodes > 1:
             g = pl.ranks_per_node
-            nic = self.nic_per_gpu / (self.cluster.oversubscription if pl.nodes > self.nodes_per_leaf else 1.0)
+            nic = self.nic_per_gpu / self._taper(pl)
             inter = nbytes * (n - g) / n / nic
             if node_dedup:
                 top_k, groups, topk_groups = node_dedup
@@ -100,18 +276,27 @@ class NetworkPricer:
             else:
                 intra = nbytes * (g - 1) / n / self.nvlink
             return max(intra, inter) + self.latency(pl, kind)
-        return ring_time(_BUS_FACTOR[kind](n), nbytes, self.bandwidth(pl, kind), self.latency(pl, kind))
+        key = (kind, pl)
+        menu = self._lines.get(key)
+        if menu is None:       # plain floats: one message at a time is faster without numpy
+            menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL])) for r in self.options(kind, pl)]
+        return min(lat + nbytes * inv for lat, inv in menu)
 
     def time_many(self, kind: str, nbytes: np.ndarray, placements: Sequence[GroupPlacement],
                   index: np.ndarray) -> np.ndarray:
         """``time`` of many collectives at once: collective r moves ``nbytes[r]`` on ``placements[index[r]]``
-        (the same arithmetic, element by element). Ring collectives only (no inter-node all-to-all)."""
-        terms = np.zeros((len(placements), 4))
-        for j, pl in enumerate(placements):
+        (the same arithmetic, element by element). Ring-class collectives only (no inter-node all-to-all)."""
+        menus = []
+        for pl in placements:
             if kind == "all_to_all" and pl.nodes > 1:
                 raise ValueError("time_many prices ring collectives; use time() for an inter-node all-to-all")
-            n = pl.size
-            terms[j] = (_BUS_FACTOR[kind](n), self.bandwidth(pl, kind), self.latency(pl, kind), n)
-        factor, bandwidth, latency, size = terms[index].T
-        t = ring_time(factor, nbytes, bandwidth, latency)
-        return np.where((size > 1) & (nbytes > 0), t, 0.0)
+            menus.append(self.options(kind, pl))
+        width = max([len(m) for m in menus] + [1])
+        lat = np.full((len(placements), width), np.inf)
+        inv = np.zeros((len(placements), width))
+        for j, m in enumerate(menus):
+            lat[j, :len(m)] = m[:, 0]
+            inv[j, :len(m)] = m[:, 1]
+        nbytes = np.asarray(nbytes, dtype=float)
+        t = (lat[index] + nbytes[:, None] * inv[index]).min(axis=1)
+        return np.where(np.isfinite(t) & (nbytes > 0), t, 0.0)

@@ -574,7 +574,7 @@ class _Layout:
 
         base_classes = self._stage_times(rows)
         pp_s = self._pipeline_sends(mrow)
-        sync, gather, opt, fsdp = self._data_parallel(srow, z_col)
+        sync, gather, opt, fsdp, nic_shared = self._data_parallel(srow, z_col)
 
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
@@ -597,8 +597,11 @@ class _Layout:
                 st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
                                tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
                                pp_s=pp_s, dp_sync_s=sync[k], param_gather_s=gather[k], optimizer_s=opt[k],
-                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s)
-                st.fsdp_s = exposed_fsdp(fsdp[k], st.fwd_s, st.bwd_s, opg, st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
+                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s,
+                               pp_shares_nic=nic_shared)
+                ag, rs, units = fsdp[k]
+                st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
+                                         st.cp_hidden_fwd_s, st.cp_hidden_bwd_s)
                 stage_times.append(st)
             for opp in plans.overlap_pp_domain(pp):
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
@@ -658,7 +661,13 @@ class _Layout:
 
     def _data_parallel(self, srow: np.ndarray, z_col: np.ndarray):
         """Per stage class: gradient reduction, parameter gathers (once per step), FSDP traffic per
-        micro-batch, and the optimizer step (they depend on the structure and the ZeRO stage)."""
+        micro-batch ((all-gather of one pass, reduce-scatter, units)), and the optimizer step (they
+        depend on the structure and the ZeRO stage); and per row whether the DP group's NICs carry
+        the pipeline's sends too (both groups cross nodes).
+
+        FSDP/ZeRO-3 collectives run per unit (a layer; the embedding and head together one more):
+        each is priced as units collectives of 1/units of the stage's parameters, so their latency
+        counts once per unit."""
         pr, plans = self.pr, self.pr.plans
         G = plans.cluster.gpus_per_node
         n = len(srow)
@@ -666,27 +675,46 @@ class _Layout:
         edp_pl, edp_idx = _placements([(int(a), int(b) * int(c)) for a, b, c in zip(self.edp, self.etp, self.ep)], G)
         gb, pb = pr.fw.grad_reduce_bytes, (4 if plans.precision == "fp32" else 2)
         k_range = range(len(self.classes))
-        sync, gather, opt, fsdp = ([np.zeros(n) for _ in k_range] for _ in range(4))
+        sync, gather, opt = ([np.zeros(n) for _ in k_range] for _ in range(3))
+        fsdp_ag, fsdp_rs = ([np.zeros(n) for _ in k_range] for _ in range(2))
+        units = [cls.n_dense + cls.n_moe + int(cls.is_first or cls.is_last) for cls in self.classes]
+        nic_shared: Any = False
+        if self.pp > 1:
+            p2p_nodes = place_group(2, plans.num_gpus // self.pp, G).nodes
+            nic_shared = (np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1) & (p2p_nodes > 1)
         for z in (0, 1, 2, 3):
             sel = z_col == z
             if not sel.any():
                 continue
             sr = srow[sel]
             for k in k_range:
-                groups = ((self.dense[k][sr], dp_pl, dp_idx[sr]), (self.expert[k][sr], edp_pl, edp_idx[sr]))
-                acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp": 0.0}
-                for nparams, pls, idx in groups:
-                    for _name, kind, _phase, per_mb, elem in dp_collectives(
+                cls = self.classes[k]
+                groups = ((self.dense[k][sr], dp_pl, dp_idx[sr], units[k]),
+                          (self.expert[k][sr], edp_pl, edp_idx[sr], max(1, cls.n_moe)))
+                acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp_ag": 0.0, "fsdp_rs": 0.0}
+                for nparams, pls, idx, n_units in groups:
+                    for name, kind, _phase, per_mb, elem in dp_collectives(
                             z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
-                        t = pr.network.time_many(kind, nparams * (gb if elem == "grad" else pb), pls, idx)
-                        bucket = "fsdp" if per_mb else step_bucket(OpKind.COLLECTIVE, kind)
+                        nbytes = nparams * (gb if elem == "grad" else pb)
+                        if z >= 3:   # one collective per unit
+                            t = n_units * pr.network.time_many(kind, nbytes / n_units, pls, idx)
+                        else:
+                            t = pr.network.time_many(kind, nbytes, pls, idx)
+                        if per_mb:
+                            if name.endswith(".bwd"):
+                                continue          # the backward's re-gather: the same as the forward's
+                            bucket = "fsdp_ag" if kind == "all_gather" else "fsdp_rs"
+                        else:
+                            bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(self.dense[k][sr], self.expert[k][sr], self.dp_cp[sr], self.edp[sr], z, pb)
                 sync[k][sel] = acc["dp_sync"]
                 gather[k][sel] = acc["param_gather"]
-                fsdp[k][sel] = acc["fsdp"]
+                fsdp_ag[k][sel] = acc["fsdp_ag"]
+                fsdp_rs[k][sel] = acc["fsdp_rs"]
                 opt[k][sel] = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
-        return sync, gather, opt, fsdp
+        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k]) for k in k_range]
+        return sync, gather, opt, fsdp, nic_shared
 
 
 def _shape_key(plans: PlanSet) -> tuple:

@@ -33,8 +33,8 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_
 # Megatron-Core buckets gradients (bucket_size = max(40M, 1M x dp) elements); the last bucket's
 # reduction starts only when the backward ends, so it is never hidden.
 BUCKET_ELEMENTS = value("schedule.dp_bucket_elements")
-# FSDP prefetch never hides every gather: the share that stays exposed
-_FSDP_EXPOSED_FLOOR = value("schedule.fsdp_exposed_floor")
+# FSDP/ZeRO-3 prefetch: how many units ahead a unit's all-gather may be issued
+FSDP_PREFETCH_UNITS = value("schedule.fsdp_prefetch_units")
 
 
 @dataclass
@@ -57,6 +57,8 @@ class StageTime:
     # compute time already spent hiding the CP ring exchange: not available to hide DP/FSDP traffic
     cp_hidden_fwd_s: Num = 0.0
     cp_hidden_bwd_s: Num = 0.0    # backward and recomputation
+    # the stage's overlapped pipeline sends use the NICs its DP/FSDP traffic uses (both cross nodes)
+    pp_shares_nic: Num = False
 
     @property
     def per_microbatch_s(self) -> float:
@@ -160,11 +162,26 @@ def exposed_tp(tp_s, tp, overlap):
     return where(logical_and(overlap, tp_s > 0), tp_s / tp, tp_s)
 
 
-def exposed_fsdp(fsdp, fwd_s, bwd_s, overlap, cp_hidden=0.0):
-    """FSDP/ZeRO-3 gathers and reduce-scatters per micro-batch, prefetched under the compute that is
-    not already hiding the CP ring exchange."""
-    hidden = where(overlap, fwd_s + bwd_s - cp_hidden, 0.0)
-    return where(fsdp != 0, maximum(fsdp - hidden, fsdp * _FSDP_EXPOSED_FLOOR), 0.0)
+def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0):
+    """Exposed FSDP/ZeRO-3 time of one micro-batch. The framework gathers each of ``units`` units
+    (a layer; a parameter group in DeepSpeed) before its forward and again before its backward, and
+    reduce-scatters its gradients after its backward (``gather``, ``reduce``: totals over the units of
+    one pass). With prefetch (``overlap``) a unit's collectives run under the compute of the unit
+    before it, ``FSDP_PREFETCH_UNITS`` ahead (FSDP2: one unit), so the first unit's gather and the
+    last unit's reduce-scatter wait in the open and each other unit exposes what its collectives
+    take beyond one unit's compute (compute not already hiding the CP ring exchange):
+        forward:  a + (L - 1) max(0, a - c_f)
+        backward: a + r + (L - 1) max(0, a + r - c_b)
+    with a, r one unit's gather and reduce-scatter, c_f, c_b one unit's compute (backward with its
+    recomputation). Without prefetch every collective is exposed."""
+    L = maximum(units, 1)
+    a, r = gather / L, reduce / L
+    window = FSDP_PREFETCH_UNITS
+    cf = window * maximum(fwd_s - cp_hidden_fwd, 0.0) / L
+    cb = window * maximum(bwd_s - cp_hidden_bwd, 0.0) / L
+    fwd = a + (L - 1) * maximum(0.0, a - cf)
+    bwd = a + r + (L - 1) * maximum(0.0, a + r - cb)
+    return where(overlap, minimum(fwd + bwd, 2 * gather + reduce), 2 * gather + reduce)
 
 
 def step_bucket(kind: OpKind, collective: str = "") -> str:
@@ -222,15 +239,18 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     opt = 0.0
     for s, params in zip(classes, class_params):
         last_bucket = minimum(1.0, BUCKET_ELEMENTS / maximum(params, 1.0))
+        # overlapped pipeline sends share the NICs with the DP traffic they run beside: the backward's
+        # gradient sends take the backward's window, the forward's activation sends the forward's
+        shared = where(logical_and(overlap_pp, s.pp_shares_nic), s.pp_s / 2, 0.0) if p > 1 else 0.0
         if overlap_dp:
-            backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s   # compute free to hide the reduction
+            backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s - shared   # compute free to hide the reduction
             # stages other than the first finish early: the drain of the pipeline hides their sync
             grad = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v) - s.stage * mean / v,
                            s.dp_sync_s * last_bucket)
         else:
             grad = s.dp_sync_s
         if overlap_param_gather:
-            gather = maximum(_chunked_exposure(s.param_gather_s, s.fwd_s - s.cp_hidden_fwd_s, m, p, v),
+            gather = maximum(_chunked_exposure(s.param_gather_s, s.fwd_s - s.cp_hidden_fwd_s - shared, m, p, v),
                              s.param_gather_s * last_bucket)
         else:
             gather = s.param_gather_s

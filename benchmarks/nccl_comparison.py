@@ -1,0 +1,52 @@
+"""The collective model against published nccl-tests measurements (data/validation/nccl_tests.csv).
+
+    python benchmarks/nccl_comparison.py             # print the tables (markdown)
+    python benchmarks/nccl_comparison.py --write docs/collectives.md   # refresh the doc's generated block
+
+Error = model time / measured time - 1 (negative: the model is faster than the measurement).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+from clustertwin.validate.collectives import compare, size_band, summary
+
+CSV = Path(__file__).resolve().parents[1] / "data" / "validation" / "nccl_tests.csv"
+
+
+def tables() -> str:
+    rows = compare(CSV)
+    out = []
+    for title, key in (("per source and system", lambda r: f"{r.run_id.rsplit('-', 1)[0]} ({r.system})"),
+                       ("per op and size band", lambda r: f"{r.op}, {size_band(r.nbytes)}"),
+                       ("per size band", lambda r: size_band(r.nbytes))):
+        out += [f"**{title}**", "", "| group | rows | median abs. error | median error | worst abs. error |",
+                "|---|---:|---:|---:|---:|"]
+        out += [f"| {k} | {n} | {med:.0%} | {sgn:+.0%} | {worst:.0%} |" for k, n, med, sgn, worst in summary(rows, key)]
+        out.append("")
+    out += ["**model vs measured time at 16 MiB and at the largest size of each run**", "",
+            "| run | size | measured time | model time | model algorithm/protocol | error |", "|---|---:|---:|---:|---|---:|"]
+    last: dict[str, object] = {}
+    for r in rows:
+        if r.nbytes == 16 << 20:
+            out.append(f"| {r.run_id} | 16 MiB | {r.measured_s * 1e6:,.0f} us | {r.model_s * 1e6:,.0f} us | "
+                       f"{r.algorithm}/{r.protocol} | {r.error:+.0%} |")
+        last[r.run_id] = r
+    for r in last.values():
+        out.append(f"| {r.run_id} | {r.nbytes / (1 << 20):,.0f} MiB | {r.measured_s * 1e6:,.0f} us | "  # type: ignore
+                   f"{r.model_s * 1e6:,.0f} us | {r.algorithm}/{r.protocol} | {r.error:+.0%} |")  # type: ignore
+    return "\n".join(out)
+
+
+_BLOCK = re.compile(r"(<!-- BEGIN generated nccl -->\n)(.*?)(<!-- END generated nccl -->)", re.S)
+
+if __name__ == "__main__":
+    text = tables()
+    if len(sys.argv) > 2 and sys.argv[1] == "--write":
+        path = Path(sys.argv[2])
+        doc = path.read_text(encoding="utf-8")
+        path.write_text(_BLOCK.sub(lambda m: m.group(1) + text + "\n" + m.group(3), doc), encoding="utf-8")
+    else:
+        print(text)

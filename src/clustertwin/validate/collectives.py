@@ -1,0 +1,141 @@
+"""The collective model against published nccl-tests measurements (data/validation/nccl_tests.csv).
+
+Each row is priced by ``NetworkPricer`` on a cluster built from the row: its GPU, ranks per node
+and nodes, and where the source states them the NICs per node and their speed. Where it does not,
+the assumption is in ``NIC_ASSUMED`` with its reason. The measured time is nccl-tests' "time"
+column where printed, else the one its bus bandwidth implies (the nccl-tests definitions:
+doc/PERFORMANCE.md, busbw = algbw x 2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter
+and all-to-all, 1 for send/recv).
+"""
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..catalog import cluster_for_gpu
+from ..cost.network import NetworkPricer, BUS_FACTOR
+from ..calibrate.profile import profile_for
+from ..parallel.layout import place_group
+
+# GPUs of the file the catalog names differently, and why
+GPU_ALIAS = {
+    "a100": ("a100-80gb", "the source does not state the memory size; the catalog's default A100"),
+    "gb200": ("b200", "no GB200 in the catalog: B200 has the same NVLink 5 (900 GB/s per direction)"),
+}
+
+# NIC per node (count, bits/s) where the source does not state it, with the reason
+NIC_ASSUMED = {
+    "gcp-a3mega": (8, 200e9, "assumed: A3 Mega's 8 GPU NICs at 200 Gb/s (Google Cloud A3 Mega machine type); "
+                             "the source names the NICs, not their speed"),
+    "mscclpp-ndmv4": (8, 200e9, "assumed: Azure NDm A100 v4's 8 x 200 Gb/s HDR InfiniBand (the VM size's "
+                                "documentation); the page does not state it"),
+    "oci-h200": (8, 400e9, "assumed: 8 x 400 Gb/s ConnectX-7 (3.2 Tb/s RDMA per BM.GPU.H200.8 node); the "
+                           "source names the NICs, not their speed"),
+}
+
+
+@dataclass(frozen=True)
+class Compared:
+    run_id: str
+    source: str
+    gpu: str
+    op: str
+    num_gpus: int
+    nodes: int
+    nbytes: int
+    measured_s: float
+    model_s: float
+    algorithm: str
+    protocol: str
+
+    @property
+    def error(self) -> float:
+        """Relative error of the modelled time against the measured (positive: model slower)."""
+        return self.model_s / self.measured_s - 1.0
+
+    @property
+    def system(self) -> str:
+        return f"{self.gpu} {self.nodes}x{self.num_gpus // self.nodes}"
+
+
+def _nics(row: dict) -> tuple[int, float] | None:
+    """(NICs per node, bits/s each) stated in the row's interconnect, else the assumption for its source."""
+    m = re.search(r"(\d+)\s*x\s*(\d+)\s*Gb/s", row["interconnect"])
+    if m:
+        return int(m.group(1)), float(m.group(2)) * 1e9
+    for prefix, (count, speed, _why) in NIC_ASSUMED.items():
+        if row["run_id"].startswith(prefix):
+            if row["run_id"].startswith("mscclpp-ndmv4-2node1"):
+                return 1, speed           # one GPU per node: its own NIC
+            return count, speed
+    return None
+
+
+def cluster_of(row: dict):
+    """The cluster a row ran on, as the catalog can describe it."""
+    gpu = GPU_ALIAS.get(row["gpu"], (row["gpu"], ""))[0]
+    n, g = int(row["num_gpus"]), int(row["gpus_per_node"])
+    cluster = cluster_for_gpu(gpu, n if n < g else n, gpus_per_node=g)
+    nics = _nics(row)
+    if nics and int(row["nodes"]) > 1:
+        node = cluster.node.model_copy(update={"nics_per_node": nics[0], "nic_bandwidth_bytes_per_s": nics[1] / 8})
+        cluster = cluster.model_copy(update={"node": node})
+    return cluster
+
+
+def measured_time(row: dict) -> float | None:
+    if row["time_s"]:
+        return float(row["time_s"])
+    busbw = float(row["busbw_bytes_per_s"] or 0)
+    if busbw <= 0:
+        return None
+    n = int(row["num_gpus"])
+    return float(row["bytes"]) * BUS_FACTOR[row["op"]](n) / busbw
+
+
+def compare(path: str | Path) -> list[Compared]:
+    """Every row of an nccl-tests CSV with a measured time, priced by the model."""
+    out = []
+    pricers: dict[str, NetworkPricer] = {}
+    with open(path, newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            t = measured_time(row)
+            if t is None or t <= 0:
+                continue
+            cluster = cluster_of(row)
+            key = repr(cluster)
+            pricer = pricers.get(key)
+            if pricer is None:
+                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu))
+            n = int(row["num_gpus"])
+            pl = place_group(n, 1, cluster.gpus_per_node)
+            nbytes = float(row["bytes"])
+            if row["op"] == "send_recv":
+                pl = place_group(2, 1, cluster.gpus_per_node)
+            if row["op"] == "all_to_all" and pl.nodes > 1:
+                algo, proto, model = "p2p", "simple", pricer.time("all_to_all", nbytes, pl)
+            else:
+                algo, proto, model = pricer.choose(row["op"], nbytes, pl)
+            out.append(Compared(row["run_id"], row["source"].split(",")[0], row["gpu"], row["op"], n,
+                                int(row["nodes"]), int(nbytes), t, model, algo, proto))
+    return out
+
+
+def size_band(nbytes: int) -> str:
+    if nbytes < 1 << 20:
+        return "< 1 MiB"
+    if nbytes < 1 << 30:
+        return "1 MiB - 1 GiB"
+    return ">= 1 GiB"
+
+
+def summary(rows: list[Compared], key) -> list[tuple[str, int, float, float, float]]:
+    """(group, rows, median |error|, median error, worst |error|) per ``key(row)``."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        groups.setdefault(key(r), []).append(r.error)
+    return [(k, len(v), statistics.median(abs(e) for e in v), statistics.median(v), max(abs(e) for e in v))
+            for k, v in groups.items()]
