@@ -104,6 +104,13 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
     """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count."""
     if cluster is not None:
         c = load_cluster(cluster)
+        if gpu is not None:   # the cluster names its GPU: a --gpu beside it must be the same one
+            from .catalog import load_gpu
+            g = load_gpu(gpu)
+            if g.name != c.gpu.name:
+                raise SpecError("gpu", f"{g.name} conflicts with cluster {c.name}, whose GPUs are {c.gpu.name}",
+                                "drop --gpu (the cluster gives its GPU), or give --gpu with --num-gpus instead of "
+                                "--cluster")
         if gpus_per_node and gpus_per_node != c.gpus_per_node:
             raise SpecError("gpus_per_node", f"{gpus_per_node} conflicts with cluster {c.name} ({c.gpus_per_node} per node)",
                             "drop --gpus-per-node or describe another cluster")

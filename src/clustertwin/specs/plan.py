@@ -220,7 +220,17 @@ def _safe_repr(value: object, limit: int = 60) -> str:
 
 
 def first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
-    err = e.errors()[0]
+    """(field, problem, fix) of the first error pydantic found."""
+    return describe_error(e.errors()[0], prefix)
+
+
+def all_errors(e: ValidationError, prefix: str) -> list[tuple[str, str, str, str]]:
+    """(field, problem, fix, pydantic's error type) of every error pydantic found, in its order."""
+    return [(*describe_error(err, prefix), err["type"]) for err in e.errors()]
+
+
+def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
+    """(field, problem, fix) of one of pydantic's errors (an item of ``ValidationError.errors()``)."""
     loc = ".".join(str(x) for x in err["loc"])
     field = f"{prefix}.{loc}" if loc else prefix
     ctx_err = (err.get("ctx") or {}).get("error")
