@@ -116,7 +116,8 @@ def cluster_table(c: ClusterSpec) -> Table:
 def prediction_tables(p: Prediction) -> list:
     job, plan = p.job, p.graph.plan
     title = Text.assemble((f"{job.model.name}", "bold"), f" on {job.cluster.num_gpus:,} x {job.cluster.gpu.name}\n",
-                          f"plan {plan.short()} · seq {job.seq_len} · global batch {plan.global_batch} · "
+                          f"plan {plan.short()} · seq {job.seq_len} · global batch {plan.global_batch}"
+                          f"{' (default: 2M tokens)' if job.global_batch_source == 'default' else ''} · "
                           f"{plan.precision} · {job.framework}")
     head = Table(show_header=False)
     head.add_column("metric", style="bold")
@@ -191,7 +192,7 @@ def search_tables(r: "SearchResult") -> list:
     if r.pruned:
         out.append("pruned: " + " · ".join(f"{PRUNE_REASONS.get(k, k)} {_count(v)}"
                                            for k, v in sorted(r.pruned.items(), key=lambda kv: -kv[1])))
-    t = Table(title=f"best {len(r.plans)} by {r.objective}", title_justify="left")
+    t = Table(title=f"best {len(r.plans)} by {r.ranked_by}", title_justify="left")
     for col, just in (("#", "right"), ("plan", "left"), ("GPUs", "right"), ("step", "right"), ("MFU", "right"),
                       ("memory/GPU", "right")):
         t.add_column(col, justify=just, overflow="fold")  # type: ignore[arg-type]
