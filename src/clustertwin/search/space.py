@@ -236,6 +236,14 @@ def make_space(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
     prec = fixed.pop("precision", precision)
     if prec not in ("bf16", "fp16", "fp8", "fp32"):
         raise SpecError("precision", f"unknown precision {prec!r}", "use bf16, fp16, fp8 or fp32")
+    held = {k: fixed[k] for k in ("tp", "pp", "cp", "dp") if k in fixed}
+    product = 1
+    for v in held.values():
+        product *= v
+    if cluster.num_gpus % product or ("dp" in held and len(held) == 4 and product != cluster.num_gpus):
+        text = ", ".join(f"{k}={v}" for k, v in held.items())
+        raise PlanError("fix", f"no split of {cluster.num_gpus} GPUs into tp x pp x cp x dp has {text}",
+                        "hold sizes whose product divides the GPU count")
     fw = get_framework(framework).name
     space = SearchSpace(model, cluster, global_batch, seq_len, prec, fw, fixed, float(max_memory_fraction))
     check_rules(space.facts, PlanFacts(1, precision=prec), rules_at("job"))   # no plan of the job keeps them
