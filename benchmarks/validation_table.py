@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 
+from clustertwin.errors import ClusterTwinError
 from clustertwin.validate import ValidationReport, read_runs, validate_rows
 
 
@@ -36,5 +37,15 @@ def main(paths: list[str]) -> None:
         print(f"\n{summary(rep)}\n")
 
 
+def run(argv: list[str]) -> int:
+    """main, with a user's mistake (a missing or malformed file) as one line and exit code 2."""
+    try:
+        main(argv or ["data/validation/public_runs.csv"])
+    except ClusterTwinError as e:
+        sys.stderr.write(f"error: {e.one_line()}\n")
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["data/validation/public_runs.csv"])
+    sys.exit(run(sys.argv[1:]))

@@ -128,7 +128,7 @@ def test_bad_input_is_one_line(capsys, args, field):
 @pytest.mark.parametrize("content,suffix,field", [
     ("num_layers: [1, 2\n", ".yaml", "model"),                    # malformed YAML
     ('{"num_layers": 2,', ".json", "model"),                       # malformed JSON
-    ("num_layers: 2\nhidden_size: 64\n", ".yaml", "model.num_heads"),  # missing field
+    ("num_layers: 2\nhidden_size: 64\n", ".yaml", "missing num_heads, ffn_hidden_size"),  # missing fields, all at once
     ("num_layers: 2\nhidden_size: 64\nnum_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\n"
      "max_seq_len: 128\nwarp_drive: 1\n", ".yaml", "model.warp_drive"),  # unknown field
     ("num_layers: -2\nhidden_size: 64\nnum_heads: 4\nffn_hidden_size: 256\nvocab_size: 100\n"

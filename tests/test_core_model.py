@@ -321,8 +321,9 @@ def test_more_bandwidth_helps_where_it_is_the_bottleneck() -> None:
     """Not just non-increasing: each resource, where it bounds the step, makes it strictly faster."""
     # gradient all-reduce over 4 nodes, one rank of the group per node (with 8 per node the ring's
     # inter-node bandwidth, 8 NICs, exceeds NVLink and NVLink bounds it)
-    dp_bound = "tp=8,dp=4,zero=0,overlap_dp_comm=0"
-    tp_bound = "tp=8,dp=4,overlap_tp_comm=0"              # TP all-reduces on NVLink
+    # (one micro-batch per rank, gb=4, so that the gradient reduction is not amortised away)
+    dp_bound = "tp=8,dp=4,zero=0,overlap_dp_comm=0,gb=4"
+    tp_bound = "tp=8,dp=4,overlap_tp_comm=0,gb=4"         # TP all-reduces on NVLink
     for resource, plan in [("nic", dp_bound), ("nvlink", tp_bound), ("hbm", tp_bound), ("flops", tp_bound)]:
         base = _predict(SMALL, plan, CLUSTER_32, 2048)
         fast = _predict(SMALL, plan, _scaled_cluster(resource, 2.0), 2048)

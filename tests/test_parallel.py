@@ -60,7 +60,10 @@ ZERO_CAN = Capabilities(zero_stages=(0, 2, 3), sharded_grads_with_pp=False, ddp_
 STRUCT_CAN = Capabilities(interleaved_pp=False, context_parallel=False, expert_parallel=False, expert_tp_any=False,
                           tp_overlap=False)
 # rule -> (job facts, [(plan, broken?)]): each plan written out by hand
+A100 = JobFacts(**{**J.__dict__, "gpu": "a100-80gb", "precisions": ("fp32", "tf32", "bf16", "fp16")})
 CASES: dict[str, tuple[JobFacts, list[tuple[PlanFacts, bool]]]] = {
+    "precision_gpu": (A100, [(PlanFacts(1, precision="fp8"), True), (PlanFacts(1, precision="bf16"), False),
+                             (PlanFacts(1, precision="fp32"), False), (PlanFacts(1), False)]),
     "gpus": (J, [(PlanFacts(8, pp=2, dp=4), False), (PlanFacts(8, pp=2, dp=2), True), (PlanFacts(4, cp=2, dp=8), False)]),
     "tp_heads": (J, [(PlanFacts(8), False), (PlanFacts(3), True), (PlanFacts(64), True)]),
     "tp_kv_heads": (J, [(PlanFacts(4), False), (PlanFacts(16), False), (PlanFacts(12), True)]),
@@ -156,7 +159,18 @@ def test_table_order_follows_the_search_stages() -> None:
     today = ["tp_heads", "tp_kv_heads", "tp_ffn", "tp_nodes", "tp_overlap_nodes", "vpp_without_pp", "layer_split",
              "cp_seq_len", "etp_expert_width", "ep_dp_cp", "batch", "interleave_microbatches", "memory"]
     assert [k for k in PRUNE_REASONS if k in today] == today       # the stable JSON keys, in their order
-    assert set(PRUNE_REASONS) == (set(RULE_NAMES) - {"gpus"}) | {"memory"}
+    assert set(PRUNE_REASONS) == {r.name for r in RULES if r.stage not in ("job", "size")} | {"memory"}
+    assert {r.name for r in RULES if r.stage in ("job", "size")} == {"precision_gpu", "gpus"}
+
+
+def test_a_precision_the_gpu_has_no_peak_for_is_refused_not_priced() -> None:
+    """FP8 on an A100 was priced at the BF16 peak (GPUSpec.peak's fallback); now predict and the search refuse it."""
+    with pytest.raises(RuleBroken, match="a100-80gb has no FP8") as err:
+        make_job(load_model("gpt3-125m"), cluster_for_gpu("a100-80gb", 8), make_plan(tp=1, precision="fp8"), 2048)
+    assert err.value.rule == "precision_gpu" and err.value.field == "plan.precision"
+    with pytest.raises(RuleBroken, match="no FP8"):
+        make_space(load_model("gpt3-125m"), cluster_for_gpu("a100-80gb", 8), 64, 2048, precision="fp8")
+    assert make_space(load_model("gpt3-125m"), cluster_for_gpu("h100-sxm", 8), 64, 2048, precision="fp8").precision == "fp8"
 
 
 # ---- check_plan and the search agree -----------------------------------------------------------------

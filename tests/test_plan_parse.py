@@ -164,7 +164,7 @@ MODELS = [DENSE, MOE]
 def test_check_plan_derives_dp_and_global_batch() -> None:
     c = cluster_for_gpu("h100-sxm", 64)
     p = check_plan(DENSE, c, parse_plan("tp=2,pp=4,mb=2"), 4096)
-    assert (p.dp, p.global_batch) == (8, 8 * 2 * 8)  # default: 2*pp micro-batches per iteration
+    assert (p.dp, p.global_batch) == (8, 2**21 // 4096)  # default: 2M tokens (a multiple of dp*mb = 16)
     assert p.tp * p.pp * p.dp * p.cp == 64
 
 

@@ -171,7 +171,7 @@ def test_search_and_sweep_take_quiet(capsys):
     code, out, err = run(capsys, "search", "-m", "gpt3-1.3b", "--gpu", "a100-80gb", "-n", "16", "--global-batch", "64",
                          "--seq-len", "2048", "--top", "2", "--pareto-points", "1", "--quiet")
     assert code == 0, err
-    assert "best 2 by time" in out and err == ""
+    assert "best 2 by step time" in out and err == ""
     code, out, _ = run(capsys, "sweep", "--help")
     assert code == 0 and "--quiet" in out
 

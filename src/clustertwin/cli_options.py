@@ -26,7 +26,9 @@ GpnOpt = typer.Option(None, "--gpus-per-node", help="GPUs per node (default: the
 ClusterOpt = typer.Option(None, "--cluster", help="cluster preset or YAML/JSON file (instead of --gpu)")
 PlanOpt = typer.Option(None, "--plan", "-p", help=PLAN_HELP)
 MicroBatchOpt = typer.Option(None, "--micro-batch", help="sequences per micro-batch")
-GlobalBatchOpt = typer.Option(None, "--global-batch", help="sequences per iteration [default: 256 for the default job and in search; else from the plan]")
+GlobalBatchOpt = typer.Option(None, "--global-batch", help="sequences per iteration [default: 2,097,152 tokens per "
+                              "step: 256 at seq 8192, 1024 at 2048; in predict rounded to a multiple of dp x "
+                              "micro-batch, the same for every plan]")
 SeqLenOpt = typer.Option(None, "--seq-len", help="tokens per sequence [default: the model's, at most 8192]")
 PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32 [default: bf16]")
 FrameworkOpt = typer.Option(DEFAULT_FRAMEWORK, "--framework",

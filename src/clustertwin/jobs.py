@@ -7,12 +7,16 @@ With none of model, plan, cluster, GPU or GPU count given, the options are the b
 Llama 3 8B on 64 H100s, plan "tp=2,pp=1,dp=32,zero=1,recompute=none", micro-batch 1, global batch
 256, sequence length 8192 (the README's main example).
 
+A job that gives no global batch trains ``DEFAULT_TOKENS_PER_STEP`` = 2,097,152 tokens per step
+(``default_global_batch``): 256 sequences of 8,192 (the default job's), 1,024 of 2,048, rounded to a
+multiple of what the plan divides (dp x micro-batch) — the same batch for every plan of a job.
+
 >>> job = job_from_options(JobOptions())
 >>> job.model.name, job.cluster.num_gpus, (job.plan.tp, job.plan.dp), job.plan.micro_batch, job.plan.global_batch, job.seq_len
 ('llama3-8b', 64, (2, 32), 1, 256, 8192)
 >>> s = search_inputs(JobOptions(model="gpt3-1.3b", gpu="a100-80gb", num_gpus=16, plan="tp=2", micro_batch=1))
 >>> s.model.name, s.cluster.num_gpus, s.global_batch, s.seq_len, s.precision, sorted(s.fixed.items())
-('gpt3-1.3b', 16, 256, 2048, 'bf16', [('micro_batch', 1), ('tp', 2)])
+('gpt3-1.3b', 16, 1024, 2048, 'bf16', [('micro_batch', 1), ('tp', 2)])
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Any, Mapping
 from .catalog import cluster_for_gpu, load_cluster, load_model
 from .errors import PlanError, SpecError
 from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob, make_job, parse_plan
+from .specs.job import DEFAULT_TOKENS_PER_STEP, default_global_batch
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_GPU = "h100-sxm"
@@ -30,7 +35,7 @@ DEFAULT_NUM_GPUS = 64
 DEFAULT_PLAN = "tp=2,pp=1,dp=32,zero=1,recompute=none"
 DEFAULT_SEQ_LEN = 8192
 DEFAULT_MICRO_BATCH = 1
-DEFAULT_GLOBAL_BATCH = 256
+DEFAULT_GLOBAL_BATCH = 256      # the default job's: DEFAULT_TOKENS_PER_STEP / DEFAULT_SEQ_LEN
 DEFAULT_PRECISION = "bf16"
 DEFAULT_FRAMEWORK = "megatron"
 
@@ -57,13 +62,13 @@ class JobOptions:
         return all(v is None for v in (self.model, self.plan, self.cluster, self.gpu, self.num_gpus))
 
     def with_defaults(self) -> "JobOptions":
-        """The options with the default job's model, and for the default job its plan, micro-batch,
-        global batch and sequence length, filled in where not given."""
+        """The options with the default job's model, and for the default job its plan, micro-batch
+        and sequence length, filled in where not given. The global batch stays unset unless given: the
+        job's default (DEFAULT_TOKENS_PER_STEP tokens) gives the default job its 256 sequences."""
         if not self.is_default_job:
             return replace(self, model=DEFAULT_MODEL) if self.model is None else self
         return replace(self, model=DEFAULT_MODEL, plan=DEFAULT_PLAN,
                        micro_batch=DEFAULT_MICRO_BATCH if self.micro_batch is None else self.micro_batch,
-                       global_batch=DEFAULT_GLOBAL_BATCH if self.global_batch is None else self.global_batch,
                        seq_len=DEFAULT_SEQ_LEN if self.seq_len is None else self.seq_len)
 
     def as_kwargs(self) -> dict[str, Any]:
@@ -104,6 +109,13 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
     """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count."""
     if cluster is not None:
         c = load_cluster(cluster)
+        if gpu is not None:   # the cluster names its GPU: a --gpu beside it must be the same one
+            from .catalog import load_gpu
+            g = load_gpu(gpu)
+            if g.name != c.gpu.name:
+                raise SpecError("gpu", f"{g.name} conflicts with cluster {c.name}, whose GPUs are {c.gpu.name}",
+                                "drop --gpu (the cluster gives its GPU), or give --gpu with --num-gpus instead of "
+                                "--cluster")
         if gpus_per_node and gpus_per_node != c.gpus_per_node:
             raise SpecError("gpus_per_node", f"{gpus_per_node} conflicts with cluster {c.name} ({c.gpus_per_node} per node)",
                             "drop --gpus-per-node or describe another cluster")
@@ -145,8 +157,8 @@ def job_from_options(options: JobOptions, tokens: float | None = None) -> Traini
 
 def search_inputs(options: JobOptions) -> SearchInputs:
     """A search's job from the same options: the plan fields given (``--plan``, ``--micro-batch``) are
-    held fixed and the rest searched; the global batch is the default job's (256) unless given, in
-    ``global_batch`` or in the plan. Checked as make_training_job checks, in the same order (model,
+    held fixed and the rest searched; the global batch is DEFAULT_TOKENS_PER_STEP tokens (256 sequences
+    at 8,192; ``default_global_batch``) unless given, in ``global_batch`` or in the plan. Checked as make_training_job checks, in the same order (model,
     cluster, plan, framework), so a mistake reads the same in every command."""
     o = replace(options, model=DEFAULT_MODEL) if options.model is None else options
     m = load_model(o.model)  # type: ignore[arg-type]
@@ -154,7 +166,7 @@ def search_inputs(options: JobOptions) -> SearchInputs:
     p = _plan(o.plan, o.micro_batch, o.global_batch, o.precision)
     fw = _framework(o.framework)
     given = {k: getattr(p, k) for k in p.model_fields_set}
-    gb = given.pop("global_batch", DEFAULT_GLOBAL_BATCH)
+    gb = given.pop("global_batch", None)
     given.pop("precision", None)
     from .specs.plan import FIXABLE
     for k in given:
@@ -167,7 +179,7 @@ def search_inputs(options: JobOptions) -> SearchInputs:
         seq = min(m.max_seq_len, DEFAULT_SEQ_LEN) if o.seq_len is None else o.seq_len
     if seq <= 0:  # as make_job says it
         raise PlanError("seq_len", f"{seq} must be positive", "give the training sequence length")
-    return SearchInputs(m, c, gb, seq, p.precision, fw, given)
+    return SearchInputs(m, c, default_global_batch(seq) if gb is None else gb, seq, p.precision, fw, given)
 
 
 def default_job() -> TrainingJob:
@@ -177,4 +189,5 @@ def default_job() -> TrainingJob:
 
 __all__ = ["JobOptions", "SearchInputs", "job_from_options", "search_inputs", "make_training_job", "resolve_cluster",
            "default_job", "DEFAULT_MODEL", "DEFAULT_GPU", "DEFAULT_NUM_GPUS", "DEFAULT_PLAN", "DEFAULT_SEQ_LEN",
-           "DEFAULT_MICRO_BATCH", "DEFAULT_GLOBAL_BATCH", "DEFAULT_PRECISION", "DEFAULT_FRAMEWORK"]
+           "DEFAULT_MICRO_BATCH", "DEFAULT_GLOBAL_BATCH", "DEFAULT_PRECISION", "DEFAULT_FRAMEWORK",
+           "DEFAULT_TOKENS_PER_STEP", "default_global_batch"]

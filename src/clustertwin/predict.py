@@ -132,6 +132,7 @@ class Prediction:
                             "nic_bandwidth_bytes_per_s_per_node": job.cluster.node.node_nic_bandwidth},
                 "plan": self.graph.plan.model_dump(),
                 "seq_len": job.seq_len,
+                "global_batch_source": job.global_batch_source,
                 "framework": job.framework,
             },
         }

@@ -119,6 +119,14 @@ def parse_quantity(value: object, kind: Kind, field: str = "value") -> float:
     return number + 0.0  # -0.0 -> 0.0
 
 
+def has_unit(value: object) -> bool:
+    """Whether ``value`` is a string that carries a unit ("400Gbps": yes; 400 or "400": no)."""
+    if not isinstance(value, str):
+        return False
+    m = _NUMBER.match(value)
+    return bool(m and m.group(2))
+
+
 def _short(value: object, limit: int = 60) -> str:
     try:
         text = repr(value)

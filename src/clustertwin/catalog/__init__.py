@@ -19,9 +19,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from ..errors import DataError, SpecError
+from ..errors import ClusterTwinError, DataError, SpecError
 from ..specs import ClusterSpec, GPUSpec, ModelSpec, NodeSpec
-from ..specs.plan import first_error
+from ..specs.hardware import DTYPES, QUANTITY_KINDS, quantity
+from ..specs.plan import all_errors
 
 CATALOG_DIR = Path(__file__).parent
 KINDS = ("models", "gpus", "nodes", "clusters")
@@ -103,13 +104,104 @@ def _raw(kind: str, name_or_path: str | Path, field: str) -> tuple[dict, str]:
     return data, origin
 
 
+Problem = tuple[str, str, str]   # (field, problem, fix)
+
+
+def _nested_loader(cls: type, key: str):
+    """The loader of a field that may name a preset or a file (a node's GPU, a cluster's node)."""
+    if cls is NodeSpec and key == "gpu":
+        return load_gpu, GPUSpec
+    if cls is ClusterSpec and key == "node":
+        return load_node, NodeSpec
+    return None, None
+
+
+def _precheck(cls: type, data: dict, prefix: str, problems: list[Problem]) -> dict:
+    """``data`` with its quantities parsed and checked (a bandwidth or size needs a unit, every
+    quantity a plausible value) and its nested presets loaded. What is wrong is added to
+    ``problems`` (field paths from ``prefix``) and left out, so that every mistake is found in one go."""
+    fields = cls.model_fields
+    out: dict[str, Any] = {}
+    for key, v in data.items():
+        path = f"{prefix}.{key}"
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
+            problems.append((path, "unknown field", f"did you mean {close[0]}?" if close else "remove it"))
+            continue
+        loader, nested = _nested_loader(cls, key)
+        try:
+            if key == "peak_flops" and cls is GPUSpec and isinstance(v, dict):
+                peaks, ok = {}, True
+                for dtype, x in v.items():
+                    if str(dtype).lower() not in DTYPES:
+                        problems.append((f"{path}.{dtype}", "unknown dtype", f"use one of {', '.join(DTYPES)}"))
+                        ok = False
+                        continue
+                    try:
+                        peaks[dtype] = quantity("peak_flops", x, path=f"{path}.{str(dtype).lower()}")
+                    except ClusterTwinError as e:
+                        problems.append((e.field, e.problem, e.fix))
+                        ok = False
+                if ok:
+                    out[key] = peaks
+            elif key in QUANTITY_KINDS and key != "peak_flops":
+                out[key] = None if v is None else quantity(key, v, path=path, require_unit=True)
+            elif loader is not None and isinstance(v, str):
+                out[key] = loader(v)
+            elif nested is not None and isinstance(v, dict):
+                out[key] = _precheck(nested, v, path, problems)
+            else:
+                out[key] = v
+        except ClusterTwinError as e:
+            field = e.field if e.field.startswith(path) else path
+            problems.append((field, e.problem, e.fix))
+    return out
+
+
+def _covered(path: str, reported: set[str]) -> bool:
+    return any(r == path or r.startswith(path + ".") or path.startswith(r + ".") for r in reported)
+
+
 def _build(cls, data: dict, field: str):
-    clean = {k: v for k, v in data.items() if k not in _META_KEYS}
+    """``cls`` from a file's or a preset's fields; every missing or invalid field is reported at
+    once, in one line (a single one as ``<field>: <problem>; <fix>``)."""
+    problems: list[Problem] = []
+    clean = _precheck(cls, {k: v for k, v in data.items() if k not in _META_KEYS}, field, problems)
+    reported = {p[0] for p in problems}
+    missing: list[str] = []
+    single: ClusterTwinError | None = None
     try:
-        return cls(**clean)
+        obj = cls(**clean)
     except ValidationError as e:
-        f, problem, fix = first_error(e, field)
-        raise SpecError(f, problem, fix) from None
+        for f, problem, fix, kind in all_errors(e, field):
+            if _covered(f, reported):
+                continue
+            reported.add(f)
+            if kind == "missing":
+                missing.append(f)
+            else:
+                problems.append((f, problem, fix))
+    except ClusterTwinError as e:   # a check across fields (GPUSpec: a 16-bit peak), or a nested spec's own
+        if not _covered(e.field, reported):
+            problems.append((e.field, e.problem, e.fix))
+            single = e
+    else:
+        if not problems:
+            return obj
+    if not missing and len(problems) == 1:
+        if single is not None:
+            raise single
+        raise SpecError(*problems[0])
+    docs = ("see docs/clusters.md for every field, its unit and an example" if cls is not ModelSpec
+            else "add or fix each (field names as in the catalog's models)")
+    rel = [(f[len(field) + 1:] if f.startswith(field + ".") else f) for f in missing]
+    parts = [f"missing {', '.join(rel)}"] if missing else []
+    for f, problem, fix in problems:
+        name = f[len(field) + 1:] if f.startswith(field + ".") else f
+        parts.append(f"{name}: {problem}" + (f" ({fix})" if fix else ""))
+    if len(parts) == 1 and missing:
+        raise SpecError(field, parts[0], "add " + ("it" if len(missing) == 1 else "them") + "; " + docs)
+    raise SpecError(field, "; ".join(parts), docs)
 
 
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
@@ -141,9 +233,6 @@ def load_node(name_or_path: str | Path | NodeSpec) -> NodeSpec:
     if isinstance(name_or_path, NodeSpec):
         return name_or_path
     data, _ = _raw("nodes", name_or_path, "node")
-    data = dict(data)
-    if isinstance(data.get("gpu"), str):
-        data["gpu"] = load_gpu(data["gpu"])
     return _build(NodeSpec, data, "node")
 
 
@@ -151,11 +240,6 @@ def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:
     if isinstance(name_or_path, ClusterSpec):
         return name_or_path
     data, _ = _raw("clusters", name_or_path, "cluster")
-    data = dict(data)
-    if isinstance(data.get("node"), str):
-        data["node"] = load_node(data["node"])
-    elif isinstance(data.get("node"), dict) and isinstance(data["node"].get("gpu"), str):
-        data["node"] = {**data["node"], "gpu": load_gpu(data["node"]["gpu"])}
     return _build(ClusterSpec, data, "cluster")
 
 

@@ -32,15 +32,16 @@ from ..errors import PlanError
 from .layout import stage_layer_split
 
 # the stages of the search, in the order its loops know the fields: a rule's stage is the first at
-# which everything it reads is known ("size": the GPU count, which the search's factorisation keeps)
-STAGES = ("size", "tp", "layout", "experts", "batch", "framework", "options")
+# which everything it reads is known ("job": the job alone, whatever the plan's sizes, which the search
+# checks once before it enumerates anything; "size": the GPU count, which the search's factorisation keeps)
+STAGES = ("job", "size", "tp", "layout", "experts", "batch", "framework", "options")
 
 
 def _not(x: Any) -> Any:
     return np.logical_not(x) if isinstance(x, np.ndarray) else not x
 
 
-def _isin(x: Any, values: tuple[int, ...]) -> Any:
+def _isin(x: Any, values: tuple[Any, ...]) -> Any:
     return np.isin(x, values) if isinstance(x, np.ndarray) else x in values
 
 
@@ -76,6 +77,8 @@ class JobFacts:
     model: str = "model"
     framework: str = "megatron"
     can: Capabilities = field(default_factory=Capabilities)
+    gpu: str = "the GPU"
+    precisions: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # the GPU's dense peaks
 
     @classmethod
     def of(cls, model: Any, cluster: Any, seq_len: int, framework: Any = None) -> "JobFacts":
@@ -86,7 +89,8 @@ class JobFacts:
                    seq_len=seq_len, experts=model.moe_num_experts if moe else 0,
                    expert_ffn=model.expert_ffn if moe else 0, model=model.name,
                    framework=framework.name if framework is not None else "any",
-                   can=framework.capabilities if framework is not None else Capabilities())
+                   can=framework.capabilities if framework is not None else Capabilities(),
+                   gpu=cluster.gpu.name, precisions=tuple(cluster.gpu.peak_flops))
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,7 @@ class PlanFacts:
     overlap_tp: Any = False
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
+    precision: Any = None      # None: not known (the search checks it once, for the whole job)
 
     @property
     def expert_tp(self) -> Any:
@@ -118,7 +123,7 @@ class PlanFacts:
         return cls(tp=plan.tp, pp=plan.pp, vpp=plan.vpp, cp=plan.cp, dp=plan.dp, ep=plan.ep, etp=plan.etp,
                    micro_batch=plan.micro_batch, global_batch=plan.global_batch, zero_stage=plan.zero_stage,
                    overlap_tp=plan.overlap_tp_comm is True, first_stage_layers=plan.first_stage_layers,
-                   last_stage_layers=plan.last_stage_layers)
+                   last_stage_layers=plan.last_stage_layers, precision=plan.precision)
 
 
 def tp_overlap_possible(tp: Any, gpus_per_node: int) -> Any:
@@ -170,11 +175,29 @@ def _layer_split_explain(j: JobFacts, p: PlanFacts) -> tuple[str, str, str]:
     return "plan.pp", "the layers split", ""   # pragma: no cover - only called on a broken plan
 
 
+def _precision_missing(j: JobFacts, p: PlanFacts) -> Any:
+    if isinstance(p.precision, np.ndarray):
+        return np.array([x is not None and x not in j.precisions for x in p.precision.ravel()],
+                        dtype=bool).reshape(p.precision.shape)
+    return p.precision is not None and p.precision not in j.precisions
+
+
+def _precision_explain(j: JobFacts, p: PlanFacts) -> tuple[str, str, str]:
+    have = [d for d in ("bf16", "fp16", "fp8", "fp32") if d in j.precisions]
+    what = "FP8 tensor cores" if p.precision == "fp8" else f"{p.precision} peak"
+    return ("plan.precision", f"{j.gpu} has no {what} (its spec gives peaks for {', '.join(j.precisions)})",
+            f"use --precision {' or '.join(have[:2]) or 'bf16'}, or a GPU with {p.precision} "
+            f"(`clustertwin list gpus`; a GPU file lists its peaks under peak_flops)")
+
+
 def _m(p: PlanFacts) -> Any:
     return p.global_batch // (p.dp * p.micro_batch)
 
 
 RULES: tuple[Rule, ...] = (
+    # a precision the GPU has no peak for would be priced at another dtype's peak: a wrong number
+    Rule("precision_gpu", "job", "the GPU has no peak for the precision (FP8 on an A100, say)",
+         _precision_missing, _precision_explain),
     Rule("gpus", "size", "tp x pp x cp x dp is not the GPU count",
          lambda j, p: p.tp * p.pp * p.cp * p.dp != j.num_gpus,
          lambda j, p: ("plan", f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {p.tp * p.pp * p.dp * p.cp} but the "

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from .. import cli_options as opts
-from ..errors import SpecError
+from ..errors import PlanError, SpecError
 from ..jobs import JobOptions
 
 
@@ -106,6 +106,11 @@ def register(app: typer.Typer) -> None:
                                   hot_spares=hot_spares, no_stragglers=no_stragglers, gpu_speed_cv=straggler_cv,
                                   thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed)
         pred = predict_job(job_from_options(job), profile)
+        if not pred.fits:   # a time to train for a run that cannot start is a wrong answer, not a pessimistic one
+            raise PlanError("plan", f"does not fit: {pred.memory.total_bytes / 2**30:,.1f} GiB of "
+                            f"{pred.memory.capacity_bytes / 2**30:,.0f} GiB per GPU (stage {pred.memory.critical_stage})",
+                            "choose a plan that fits (recompute, a higher zero stage, more tp or pp; "
+                            "`clustertwin search` finds one), then ask for its goodput")
         est = estimate_goodput(pred, tokens, **options)
         if not est.feasible:
             raise SpecError("goodput", f"the run never finishes: failures every {_dur(est.mtbf_s)} against a "

@@ -173,6 +173,9 @@ class GoodputEstimate:
     hot_spares: int
     monte_carlo: MonteCarloSummary | None = None
     params: "RunParams | None" = field(default=None, repr=False)
+    fits: bool = True               # the plan fits in GPU memory (a time for one that does not is no answer)
+    memory_per_gpu_bytes: float = 0.0
+    hbm_bytes: float = 0.0
 
     @property
     def goodput(self) -> float:
@@ -200,6 +203,9 @@ class GoodputEstimate:
         ck = self.checkpoint
         out: dict[str, Any] = {
             "schema": 1,
+            "fits": self.fits,
+            "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
+            "hbm_bytes": self.hbm_bytes,
             "step_time_s": self.step_time_s,
             "tokens": self.tokens,
             "steps": self.steps,
@@ -471,7 +477,9 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
         failure_rates_per_s=dict(x["rates"]), planned_rate_per_s=params.planned_rate_per_s, checkpoint=costs,
         restart=x["restart"], straggler_slowdown=x["slow"], straggler_group_slowdown=x["group"],
         young_interval_s=young, daly_interval_s=daly, goodput_at_young=g_young, interval_source=source,
-        failure_model=x["failure_model"].name, hot_spares=x["config"].hot_spares, params=params)
+        failure_model=x["failure_model"].name, hot_spares=x["config"].hot_spares, params=params,
+        fits=bool(prediction.fits), memory_per_gpu_bytes=float(prediction.memory.total_bytes),
+        hbm_bytes=float(prediction.memory.capacity_bytes))
     if opts.monte_carlo_runs:
         from .montecarlo import simulate
         est.monte_carlo = simulate(params, runs=opts.monte_carlo_runs, seed=opts.seed, ideal_s=ideal)

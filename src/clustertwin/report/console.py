@@ -236,7 +236,8 @@ def cluster_table(c: ClusterSpec) -> Fit:
 def prediction_tables(p: Prediction) -> list:
     job, plan = p.job, p.graph.plan
     title = Text.assemble((f"{job.model.name}", "bold"), f" on {job.cluster.num_gpus:,} x {job.cluster.gpu.name}\n",
-                          f"plan {plan.short()} · seq {job.seq_len} · global batch {plan.global_batch} · "
+                          f"plan {plan.short()} · seq {job.seq_len} · global batch {plan.global_batch}"
+                          f"{' (default: 2M tokens)' if job.global_batch_source == 'default' else ''} · "
                           f"{plan.precision} · {job.framework}")
     fits = Text.from_markup("[green]fits[/green]" if p.fits else "[red]does NOT fit[/red]")
     head = _fields(None, [
@@ -344,7 +345,7 @@ def search_tables(r: "SearchResult") -> list:
         cells.append(lambda p: f"${p.cost_usd:,.0f}" if p.cost_usd >= 100 else f"${p.cost_usd:,.2f}")
     cols.append(Col("bottleneck", drop=3))
     cells.append(lambda p: p.bottleneck_tag)
-    out.append(Fit(cols, [[f(p) for f in cells] for p in r.plans], f"best {len(r.plans)} by {r.objective}"))
+    out.append(Fit(cols, [[f(p) for f in cells] for p in r.plans], f"best {len(r.plans)} by {r.ranked_by}"))
     out.append(f"[bold]bottleneck of #1:[/bold] {r.plans[0].bottleneck}")
     if len(r.pareto) > 1:
         price = r.gpu_hour_price

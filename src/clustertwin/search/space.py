@@ -32,7 +32,7 @@ from functools import cached_property
 from typing import Any, Iterator, Mapping
 
 from ..errors import PlanError, SpecError
-from ..parallel.rules import RULES, Capabilities, PlanFacts, Rule, first_broken, rules_at
+from ..parallel.rules import RULES, Capabilities, PlanFacts, Rule, check_rules, first_broken, rules_at
 from ..specs import ClusterSpec, ModelSpec
 from ..specs.framework import get_framework
 from ..schedule.batch import PlanSet, Structure
@@ -40,7 +40,8 @@ from ..specs.plan import FIXABLE, Plan, parse_fixed  # noqa: F401 (the search's 
 
 # reason key -> what it means (the keys are stable: they appear in the JSON output): the rules of
 # parallel/rules.py the search can break, in their order, and memory, which the evaluator decides
-PRUNE_REASONS: dict[str, str] = {**{r.name: r.describe for r in RULES if r.stage != "size"},
+# (the "job" rules refuse the whole search before it starts: no plan would keep them)
+PRUNE_REASONS: dict[str, str] = {**{r.name: r.describe for r in RULES if r.stage not in ("job", "size")},
                                  "memory": "does not fit in the memory allowed per GPU"}
 
 # plan fields --fix may hold (the rest of a plan is set by the job: precision, global batch)
@@ -235,5 +236,15 @@ def make_space(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
     prec = fixed.pop("precision", precision)
     if prec not in ("bf16", "fp16", "fp8", "fp32"):
         raise SpecError("precision", f"unknown precision {prec!r}", "use bf16, fp16, fp8 or fp32")
+    held = {k: fixed[k] for k in ("tp", "pp", "cp", "dp") if k in fixed}
+    product = 1
+    for v in held.values():
+        product *= v
+    if cluster.num_gpus % product or ("dp" in held and len(held) == 4 and product != cluster.num_gpus):
+        text = ", ".join(f"{k}={v}" for k, v in held.items())
+        raise PlanError("fix", f"no split of {cluster.num_gpus} GPUs into tp x pp x cp x dp has {text}",
+                        "hold sizes whose product divides the GPU count")
     fw = get_framework(framework).name
-    return SearchSpace(model, cluster, global_batch, seq_len, prec, fw, fixed, float(max_memory_fraction))
+    space = SearchSpace(model, cluster, global_batch, seq_len, prec, fw, fixed, float(max_memory_fraction))
+    check_rules(space.facts, PlanFacts(1, precision=prec), rules_at("job"))   # no plan of the job keeps them
+    return space

@@ -18,8 +18,13 @@ A spec (YAML)::
 Each cell is written to its own file, ``cell-<id>.parquet``, named by a hash of everything that
 defines the cell, through a temporary file renamed into place: a cell is either wholly there or
 not at all. A sweep killed at any moment and started again skips the cells whose file exists and
-runs the rest; nothing is redone, nothing duplicated. A cell whose search fails on its inputs (no
-plan fits, say) is finished too: its file holds one row with ``status = 'error'`` and the reason.
+runs the rest; nothing is redone, nothing duplicated. Every cell's inputs are checked before the first
+cell runs (a misspelt model, FP8 on an A100: one line, exit 2). A cell whose search fails (no plan
+fits, say) is finished too: its file holds one row with ``status = 'error'`` and the reason.
+
+``time_to_train_s`` and ``cost_usd`` mean what ``time_to_train_basis`` says: the ideal time (steps x
+step time) under the time objective, the expected time with failures under cost and goodput; the
+columns ``ideal_time_to_train_s`` and ``expected_time_to_train_s`` hold each where it is known.
 
     SELECT model, num_gpus, global_batch, plan, step_time_s, mfu
     FROM read_parquet('sweep-out/*.parquet') WHERE status = 'ok' AND rank = 1 ORDER BY model, num_gpus;
@@ -155,10 +160,56 @@ def cell_id(cell: dict) -> str:
 _INT_COLS = ("num_gpus", "global_batch", "seq_len", "evaluated", "feasible", "rank", "plan_num_gpus", "tp", "pp",
              "vpp", "dp", "cp", "ep", "zero_stage", "micro_batch")
 _FLOAT_COLS = ("elapsed_s", "step_time_s", "mfu", "tflops_per_gpu", "tokens_per_s", "memory_per_gpu_bytes",
-               "hbm_bytes", "time_to_train_s", "cost_usd", "goodput")
+               "hbm_bytes", "time_to_train_s", "cost_usd", "goodput", "ideal_time_to_train_s",
+               "expected_time_to_train_s")
 _BOOL_COLS = ("sp", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm")
+# time_to_train_basis says what time_to_train_s and cost_usd are: "expected_time_to_train" (failures,
+# checkpoints and restarts counted: cost and goodput objectives with tokens), "steps_x_step_time" (the
+# ideal time: the time objective with tokens), "per_step" (cost of one step, no tokens) or null
 _STR_COLS = ("cell_id", "model", "cluster", "gpu", "precision", "framework", "objective", "status", "error", "plan",
-             "recompute", "bottleneck")
+             "recompute", "bottleneck", "time_to_train_basis")
+
+
+def _search_kwargs(cell: dict) -> dict[str, Any]:
+    return dict(gpu=cell.get("gpu"), num_gpus=cell.get("num_gpus"), cluster=cell.get("cluster"),
+                gpus_per_node=cell.get("gpus_per_node"), global_batch=cell["global_batch"],
+                seq_len=cell.get("seq_len"), precision=cell["precision"], framework=cell["framework"],
+                fix=cell.get("fix"), max_memory_fraction=cell["max_memory_fraction"], top=cell["top"],
+                objective=cell["objective"], tokens=cell.get("tokens"), gpu_hour_price=cell.get("gpu_hour_price"),
+                pareto_points=cell["pareto_points"])
+
+
+def check_cells(cells: list[dict]) -> None:
+    """Every cell's inputs (model, cluster, batch, precision, fix, objective) checked before the first
+    cell runs: a misspelt model stops the sweep with one line, not an error row among results.
+    What only the search can tell (no plan fits) stays a cell's error row."""
+    from .tuner import prepare_search
+    seen: set[str] = set()
+    for cell in cells:
+        kwargs = _search_kwargs(cell)
+        key = json.dumps({"model": cell["model"], **kwargs}, sort_keys=True, default=str)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            prepare_search(cell["model"], **kwargs)
+        except ClusterTwinError as e:
+            where = cell.get("cluster") or f"{cell.get('num_gpus')} x {cell.get('gpu')}"
+            e.field = f"spec.{e.field}" if e.field else "spec"
+            e.problem = (f"{e.problem} (in the cell {cell['model']} on {where}, global batch {cell['global_batch']}, "
+                         f"objective {cell['objective']})")
+            e.args = (e.one_line(),)
+            raise e from None
+
+
+def require_pyarrow() -> None:
+    """Parquet needs pyarrow (the ``sweep`` extra): checked before any cell is computed."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise DataError("output", "writing the sweep's Parquet needs pyarrow, which is not installed",
+                        "pip install 'clustertwin[sweep]' (or pyarrow)") from None
 
 
 def run_cell(cell: dict) -> list[dict]:
@@ -170,17 +221,13 @@ def run_cell(cell: dict) -> list[dict]:
     base["gpu"] = cell.get("gpu") or ""
     t0 = time.perf_counter()
     try:
-        r = search(cell["model"], gpu=cell.get("gpu"), num_gpus=cell.get("num_gpus"), cluster=cell.get("cluster"),
-                   gpus_per_node=cell.get("gpus_per_node"), global_batch=cell["global_batch"],
-                   seq_len=cell.get("seq_len"), precision=cell["precision"], framework=cell["framework"],
-                   fix=cell.get("fix"), max_memory_fraction=cell["max_memory_fraction"], top=cell["top"],
-                   objective=cell["objective"], tokens=cell.get("tokens"), gpu_hour_price=cell.get("gpu_hour_price"),
-                   pareto_points=cell["pareto_points"])
+        r = search(cell["model"], **_search_kwargs(cell))
     except ClusterTwinError as e:
         return [{**base, "status": "error", "error": e.one_line(), "elapsed_s": time.perf_counter() - t0}]
     s = r.space
     base.update(cluster=s.cluster.name, gpu=s.cluster.gpu.name, num_gpus=s.num_gpus, seq_len=s.seq_len,
-                evaluated=r.evaluated, feasible=r.feasible, elapsed_s=r.elapsed_s, status="ok", error="")
+                evaluated=r.evaluated, feasible=r.feasible, elapsed_s=r.elapsed_s, status="ok", error="",
+                time_to_train_basis=r.cost_basis)
     rows = []
     for p in r.plans:
         pred, plan = p.prediction, p.prediction.graph.plan
@@ -190,7 +237,9 @@ def run_cell(cell: dict) -> list[dict]:
                      "step_time_s": pred.step_time_s, "mfu": pred.mfu, "tflops_per_gpu": pred.tflops_per_gpu,
                      "tokens_per_s": pred.tokens_per_s, "memory_per_gpu_bytes": pred.memory.total_bytes,
                      "hbm_bytes": pred.memory.capacity_bytes, "bottleneck": p.bottleneck,
-                     "time_to_train_s": p.time_to_train_s, "cost_usd": p.cost_usd, "goodput": p.goodput})
+                     "time_to_train_s": p.time_to_train_s, "cost_usd": p.cost_usd, "goodput": p.goodput,
+                     "ideal_time_to_train_s": p.ideal_time_to_train_s,
+                     "expected_time_to_train_s": p.expected_time_to_train_s})
     return rows
 
 
@@ -251,11 +300,13 @@ def run_sweep(sweep: Sweep, output: Path | None = None, *, executor: str = "loca
     out_dir = Path(output) if output is not None else sweep.default_output
     if out_dir.exists() and not out_dir.is_dir():
         raise DataError("output", f"{str(out_dir)!r} exists and is not a directory", "give a directory for the parts")
+    require_pyarrow()                   # before any cell: not a traceback after the first one
+    check_cells(sweep.spec.cells())     # every cell's inputs, before the first is computed
+    ex = make_executor(executor, workers, ray_address)
     out_dir.mkdir(parents=True, exist_ok=True)
     for tmp in out_dir.glob(".cell-*.tmp-*"):  # left by a sweep killed while writing
         tmp.unlink(missing_ok=True)
     todo, done = pending_cells(sweep, out_dir)
-    ex = make_executor(executor, workers, ray_address)
     failed = 0
     with _progress(progress, len(todo)) as bar:
         task = bar.add_task("cells", total=len(todo) + done, completed=done)

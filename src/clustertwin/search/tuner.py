@@ -42,6 +42,8 @@ class RankedPlan:
     cost_usd: float | None = None
     time_to_train_s: float | None = None      # expected (goodput) or steps x step time
     goodput: float | None = None
+    ideal_time_to_train_s: float | None = None     # steps x step time (with --tokens)
+    expected_time_to_train_s: float | None = None  # with failures, checkpoints, restarts (cost, goodput)
 
     @property
     def num_gpus(self) -> int:
@@ -84,7 +86,7 @@ class RankedPlan:
             "tokens_per_s": p.tokens_per_s, "memory_per_gpu_bytes": mem, "hbm_bytes": float(p.memory.capacity_bytes),
             "breakdown_s": dict(p.breakdown_s), "bottleneck": self.bottleneck,
         }
-        for k in ("cost_usd", "time_to_train_s", "goodput"):
+        for k in ("cost_usd", "time_to_train_s", "goodput", "ideal_time_to_train_s", "expected_time_to_train_s"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
         return d
@@ -137,6 +139,19 @@ class SearchResult:
     cost_basis: str | None = None
 
     @property
+    def ranked_by(self) -> str:
+        """What the plans are ranked by, in words (the goodput objective ranks by the expected time to
+        train, which the goodput fraction alone cannot: a slow plan that loses little to failures
+        has a high goodput)."""
+        if self.objective == "goodput":
+            return "expected time to train (with failures, checkpoints, restarts)"
+        if self.objective == "cost":
+            return {"expected_time_to_train": "expected cost of the run (with failures)",
+                    "steps_x_step_time": "cost of the run (steps x step time)"}.get(self.cost_basis or "",
+                                                                                     "cost per step")
+        return "step time"
+
+    @property
     def plans_per_s(self) -> float:
         return self.evaluated / self.elapsed_s if self.elapsed_s > 0 else float("inf")
 
@@ -164,7 +179,7 @@ class SearchResult:
     def to_json(self) -> dict[str, Any]:
         s = self.space
         return {
-            "schema": 1, "objective": self.objective, "evaluated": self.evaluated, "feasible": self.feasible,
+            "schema": 1, "objective": self.objective, "ranked_by": self.ranked_by, "evaluated": self.evaluated, "feasible": self.feasible,
             "pruned": dict(self.pruned), "elapsed_s": self.elapsed_s, "shape_classes": self.shape_classes,
             "plans": [p.to_json() for p in self.plans],
             "pareto": [p.to_json() for p in self.pareto],
@@ -277,28 +292,11 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
     called as ``progress(plans priced, plans to price)`` while the plans are priced (every GPU count
     of the Pareto view counted in), e.g. clustertwin.progress.progress_bar's update."""
     t0 = time.perf_counter()
-    if objective not in OBJECTIVES:
-        raise SpecError("objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
-    if not isinstance(top, int) or top < 1:
-        raise SpecError("top", f"{top!r} must be a positive number of plans", "e.g. --top 10")
-    if not isinstance(pareto_points, int) or pareto_points < 1:
-        raise SpecError("pareto_points", f"{pareto_points!r} must be at least 1", "1 searches only the GPU count given")
-    if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
-        raise SpecError("tokens", f"{tokens!r} must be a positive number of tokens", 'e.g. --tokens 15T')
-    if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and gpu_hour_price > 0):
-        raise SpecError("gpu_hour_price", f"{gpu_hour_price!r} must be a positive price", "e.g. --gpu-hour-price 2.5")
-    if objective == "cost" and gpu_hour_price is None:
-        raise SpecError("gpu_hour_price", "the cost objective needs a price per GPU-hour",
-                        "give --gpu-hour-price in USD (your contract's or a cloud list price)")
-    estimate_goodput = None
-    if objective == "goodput" or (objective == "cost" and tokens is not None):
-        if objective == "goodput" and tokens is None:
-            raise SpecError("tokens", "the goodput objective needs the tokens to train", "give --tokens, e.g. 15T")
-        estimate_goodput = _goodput_function(required=objective == "goodput")
-    m = load_model(model)
-    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
-    space = make_space(m, c, global_batch, seq_len or min(m.max_seq_len, 8192), precision=precision,
-                       framework=framework, fix=fix, max_memory_fraction=max_memory_fraction)
+    space, estimate_goodput = prepare_search(
+        model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node, global_batch=global_batch,
+        seq_len=seq_len, precision=precision, framework=framework, fix=fix, max_memory_fraction=max_memory_fraction,
+        top=top, objective=objective, tokens=tokens, gpu_hour_price=gpu_hour_price, pareto_points=pareto_points)
+    m, c = space.model, space.cluster
     evaluator = BatchPricer(space, profile_for(space.cluster.gpu))
     keep = max(top, shortlist) if objective != "time" else top
 
@@ -368,6 +366,39 @@ class _Counter:
             self.report(self.done, self.total)
 
 
+def prepare_search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: int | None = None,
+                   cluster: str | ClusterSpec | None = None, gpus_per_node: int | None = None, global_batch: int,
+                   seq_len: int | None = None, precision: str = "bf16", framework: str = "megatron",
+                   fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10,
+                   objective: str = "time", tokens: float | None = None, gpu_hour_price: float | None = None,
+                   pareto_points: int = 3) -> tuple[SearchSpace, Any]:
+    """Every check of ``search``'s inputs, before it enumerates a plan: the space to search and the
+    goodput function (None unless needed). Cheap; a sweep runs it on every cell before the first."""
+    if objective not in OBJECTIVES:
+        raise SpecError("objective", f"unknown objective {objective!r}", f"use one of {', '.join(OBJECTIVES)}")
+    if not isinstance(top, int) or top < 1:
+        raise SpecError("top", f"{top!r} must be a positive number of plans", "e.g. --top 10")
+    if not isinstance(pareto_points, int) or pareto_points < 1:
+        raise SpecError("pareto_points", f"{pareto_points!r} must be at least 1", "1 searches only the GPU count given")
+    if tokens is not None and not (isinstance(tokens, (int, float)) and math.isfinite(tokens) and tokens > 0):
+        raise SpecError("tokens", f"{tokens!r} must be a positive number of tokens", 'e.g. --tokens 15T')
+    if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and gpu_hour_price > 0):
+        raise SpecError("gpu_hour_price", f"{gpu_hour_price!r} must be a positive price", "e.g. --gpu-hour-price 2.5")
+    if objective == "cost" and gpu_hour_price is None:
+        raise SpecError("gpu_hour_price", "the cost objective needs a price per GPU-hour",
+                        "give --gpu-hour-price in USD (your contract's or a cloud list price)")
+    estimate_goodput = None
+    if objective == "goodput" or (objective == "cost" and tokens is not None):
+        if objective == "goodput" and tokens is None:
+            raise SpecError("tokens", "the goodput objective needs the tokens to train", "give --tokens, e.g. 15T")
+        estimate_goodput = _goodput_function(required=objective == "goodput")
+    m = load_model(model)
+    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+    space = make_space(m, c, global_batch, seq_len or min(m.max_seq_len, 8192), precision=precision,
+                       framework=framework, fix=fix, max_memory_fraction=max_memory_fraction)
+    return space, estimate_goodput
+
+
 def _goodput_function(required: bool):
     try:
         from ..reliability import estimate_goodput  # written alongside; imported only when asked for
@@ -388,11 +419,13 @@ def _rank(space: SearchSpace, candidates: list[Candidate], estimate_goodput, tok
         pred = predict_job(job)
         rp = RankedPlan(0, pred, bottleneck(pred))
         if tokens is not None:
+            rp.ideal_time_to_train_s = math.ceil(tokens / job.tokens_per_step) * pred.step_time_s
             if estimate_goodput is not None:
                 est = estimate_goodput(pred, tokens, **(options or {}))
                 rp.time_to_train_s, rp.goodput = est.expected_time_to_train_s, est.goodput
+                rp.expected_time_to_train_s = est.expected_time_to_train_s
             else:
-                rp.time_to_train_s = math.ceil(tokens / job.tokens_per_step) * pred.step_time_s
+                rp.time_to_train_s = rp.ideal_time_to_train_s
         if price is not None:
             seconds = rp.time_to_train_s if rp.time_to_train_s is not None else pred.step_time_s
             rp.cost_usd = seconds / SECONDS_PER_HOUR * space.num_gpus * price
@@ -404,7 +437,7 @@ def _order(plans: list[RankedPlan], objective: str) -> list[RankedPlan]:
     def key(p: RankedPlan):
         if objective == "cost":
             first = p.cost_usd
-        elif objective == "goodput":
+        elif objective == "goodput":   # the expected time to train: what goodput costs, in time (ranked_by)
             first = p.time_to_train_s
         else:
             first = p.prediction.step_time_s
@@ -436,5 +469,6 @@ def _mark_front(points: list[ParetoPoint]) -> None:
                              for q in have)
 
 
-__all__ = ["search", "SearchResult", "RankedPlan", "ParetoPoint", "bottleneck", "bottleneck_tag", "plan_text", "OBJECTIVES",
+__all__ = ["search", "prepare_search", "SearchResult", "RankedPlan", "ParetoPoint", "bottleneck", "bottleneck_tag",
+           "plan_text", "OBJECTIVES",
            "PRUNE_REASONS"]

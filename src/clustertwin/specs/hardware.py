@@ -3,6 +3,10 @@
 Bandwidths are per direction: a GPU's ``scaleup_bandwidth_bytes_per_s`` is what it can send into
 the NVLink/xGMI fabric while receiving as much (H100 SXM: 900 GB/s total = 450 GB/s each way).
 Quantities may be given as strings ("80GB", "3.35TB/s", "400Gbps", "989TFLOPS") and are parsed here.
+
+Every quantity must lie in a plausible range (``PLAUSIBLE``): a NIC of 400 bytes/s is a unit slip
+(400 meant as Gb/s), not hardware, and is refused rather than priced. Files (the catalog's and the
+user's) must also give bandwidths and sizes with a unit (``UNIT_REQUIRED``; see docs/clusters.md).
 """
 from __future__ import annotations
 
@@ -11,19 +15,83 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ..constants import value
-from ..errors import SpecError
-from ..units import parse_quantity
+from ..errors import SpecError, UnitError
+from ..units import Kind, format_si, has_unit, parse_quantity
 from .model import Frozen
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
+
+# ---- quantities: their kind, the range real hardware lies in, and the unit a file must give -----
+QUANTITY_KINDS: dict[str, Kind] = {
+    "peak_flops": "flops", "hbm_bytes": "bytes", "hbm_bandwidth_bytes_per_s": "bandwidth",
+    "scaleup_bandwidth_bytes_per_s": "bandwidth", "pcie_bandwidth_bytes_per_s": "bandwidth",
+    "nic_bandwidth_bytes_per_s": "bandwidth", "tdp_w": "power", "rated_tdp_w": "power",
+    "intra_node_latency_s": "latency", "inter_node_latency_s": "latency",
+}
+
+# (low, high, what, SI unit): the bounds are input checks, not modelling constants. They are chosen so
+# that no real accelerator, server or network violates them, with an order of magnitude to spare on
+# each side of the extremes named (datasheets: NVIDIA T4/V100/A100/H100/H200/B200, AMD MI250X/MI300X,
+# NVIDIA ConnectX-3..8, PCIe 3.0..6.0); a value outside them is a unit slip, e.g. 400 written for 400 Gb/s.
+PLAUSIBLE: dict[str, tuple[float, float, str, str]] = {
+    # A100 FP32 (non-tensor) 19.5 TFLOP/s .. B200 FP4 9 PFLOP/s dense
+    "peak_flops": (1e12, 1e17, "a GPU's dense peak", "FLOP/s"),
+    # 16 GB (T4, V100) .. 288 GB (B300)
+    "hbm_bytes": (1e9, 1e14, "a GPU's memory", "B"),
+    # T4 320 GB/s .. B200 8 TB/s
+    "hbm_bandwidth_bytes_per_s": (100e9, 1e14, "a GPU's memory bandwidth", "B/s"),
+    # a PCIe Gen3 x16 peer link ~16 GB/s .. NVLink 5 900 GB/s each way
+    "scaleup_bandwidth_bytes_per_s": (1e9, 1e13, "a GPU's scale-up link (one direction)", "B/s"),
+    # PCIe Gen3 x16 ~16 GB/s .. Gen6 x16 128 GB/s each way
+    "pcie_bandwidth_bytes_per_s": (1e9, 1e12, "a GPU's host link (one direction)", "B/s"),
+    # 1 Gb/s Ethernet .. 800 Gb/s (ConnectX-8); the bound is 8 Tb/s
+    "nic_bandwidth_bytes_per_s": (1e9 / 8, 1e12, "a NIC (one direction)", "B/s"),
+    # T4 70 W .. a GB200 superchip 2.7 kW
+    "tdp_w": (10.0, 1e4, "a GPU's board power", "W"),
+    "rated_tdp_w": (10.0, 1e4, "a GPU's rated power", "W"),
+    # NCCL's own model charges 0.6 .. 14 us per step (NVIDIA/nccl src/graph/tuning.cc, hwLat)
+    "intra_node_latency_s": (0.0, 1e-3, "a collective step's latency in a node", "s"),
+    "inter_node_latency_s": (0.0, 1e-3, "a collective step's latency across nodes", "s"),
+}
+
+# kinds a file must write with a unit: a bare 400 could be bytes or bits, per second or not, G or Gi
+UNIT_REQUIRED: tuple[str, ...] = ("bytes", "bandwidth")
+_UNIT_EXAMPLE = {"hbm_bytes": '"80GB" or "80GiB"', "hbm_bandwidth_bytes_per_s": '"3.35TB/s"',
+                 "scaleup_bandwidth_bytes_per_s": '"450GB/s"', "pcie_bandwidth_bytes_per_s": '"64GB/s"',
+                 "nic_bandwidth_bytes_per_s": '"400Gbps" or "50GB/s"', "peak_flops": '"989TFLOPS"',
+                 "tdp_w": '"700W"', "rated_tdp_w": '"700W"'}
+
+
+def quantity(field: str, v: object, *, path: str | None = None, require_unit: bool = False) -> float:
+    """``v`` (a number, or a string with a unit) as an SI quantity of ``field``'s kind, checked
+    against its plausible range; with ``require_unit``, a bandwidth or size without a unit is refused
+    (what a file must write). ``path`` names the field in the error (default ``field``)."""
+    name = path or field
+    kind = QUANTITY_KINDS[field]
+    if require_unit and kind in UNIT_REQUIRED and not isinstance(v, bool) and not has_unit(v):
+        example = _UNIT_EXAMPLE.get(field, '"80GB"')
+        raise UnitError(name, f"{v!r} has no unit", f"write it with one, e.g. {example}")
+    x = parse_quantity(v, kind, name)
+    lo, hi, what, unit = PLAUSIBLE[field]
+    if not lo <= x <= hi:
+        if kind == "latency":
+            raise SpecError(name, f"{x:g} s is implausible for {what} (real hardware: under 1 ms)",
+                            'check the unit, e.g. "5us" (a few microseconds per step)')
+        scale, u = (8.0, "b/s") if field == "nic_bandwidth_bytes_per_s" else (1.0, unit)
+        shown = f"{format_si(x * scale, u)}"
+        raise SpecError(name, f"{shown} is implausible for {what} (real hardware lies in "
+                              f"{format_si(lo * scale, u)} .. {format_si(hi * scale, u)})",
+                        f"check the unit; write it with one, e.g. {_UNIT_EXAMPLE.get(field, repr(format_si(x, u)))}"
+                        if kind in UNIT_REQUIRED else f"check the unit, e.g. {_UNIT_EXAMPLE.get(field, '')}")
+    return x
 
 
 def _q(kind):
     def parse(cls, v, info):
         if v is None:
             return v
-        return parse_quantity(v, kind, info.field_name)
+        return quantity(info.field_name, v)
     return parse
 
 
@@ -69,24 +137,19 @@ class GPUSpec(Frozen):
             key = str(k).lower()
             if key not in DTYPES:
                 raise SpecError("peak_flops", f"unknown dtype {k!r}", f"use one of {', '.join(DTYPES)}")
-            out[key] = parse_quantity(x, "flops", f"peak_flops.{key}")
-            if out[key] <= 0:
-                raise SpecError(f"peak_flops.{key}", "must be positive", "give the datasheet dense peak")
+            out[key] = quantity("peak_flops", x, path=f"peak_flops.{key}")
         return out
 
     @model_validator(mode="after")
     def _sane(self) -> "GPUSpec":
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise SpecError("peak_flops", "needs a bf16 or fp16 peak", "add the dense 16-bit tensor peak")
-        for k, v in self.peak_flops.items():
-            if v > 1e17:
-                raise SpecError(f"peak_flops.{k}", f"{v:.3g} FLOP/s is absurd for one GPU", "give FLOP/s of one GPU, dense")
-        if self.hbm_bytes > 1e14:
-            raise SpecError("hbm_bytes", f"{self.hbm_bytes:.3g} bytes is absurd for one GPU", 'e.g. "80GB"')
         return self
 
     def peak(self, dtype: str) -> float:
-        """Dense peak for ``dtype``; falls back fp8 -> bf16 -> fp16 where a dtype is not supported."""
+        """Dense peak for ``dtype``; falls back fp8 -> bf16 -> fp16 where a dtype is not supported.
+        A job never reaches the fallback for its training precision: the plan rule ``precision_gpu``
+        (parallel/rules.py) refuses a precision the GPU has no peak for."""
         for d in (dtype, "bf16" if dtype in ("fp8", "fp4", "fp16") else dtype, "fp16"):
             if d in self.peak_flops:
                 return self.peak_flops[d]
@@ -133,9 +196,9 @@ class ClusterSpec(Frozen):
     oversubscription: float = Field(1.0, ge=1.0, le=64.0, description="fat-tree taper above the leaf, 1 = full bisection")
     nodes_per_leaf: int = Field(int(value("cluster.nodes_per_leaf")), gt=0, le=100_000,
                                 description="nodes under one leaf (rail) switch group; beyond it traffic pays the taper")
-    intra_node_latency_s: float = Field(value("cluster.intra_node_latency_s"), ge=0, le=1e-2,
+    intra_node_latency_s: float = Field(value("cluster.intra_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step on NVLink")
-    inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-1,
+    inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step across the network")
 
     _p_lat: Any = field_validator("intra_node_latency_s", "inter_node_latency_s", mode="before")(classmethod(_q("latency")))

@@ -346,7 +346,8 @@ def model_from_hf_config(data: dict, name: str = "") -> ModelSpec:
     if hf_key is None and leaf.startswith("moe_"):
         hf_key = {"qwen2_moe": "num_experts", "qwen3_moe": "num_experts", "mixtral": "num_local_experts"}.get(
             model_type, "n_routed_experts") if leaf == "moe_num_experts" else None
-    raise SpecError(f"model.{hf_key}" if hf_key else field, problem, fix) from None
+    raise SpecError(f"model.{hf_key}" if hf_key else field if field.startswith("model") else f"model.{field}",
+                    problem, fix) from None
 
 
 _KEYS = {
@@ -354,6 +355,7 @@ _KEYS = {
     "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn_hidden_size": "intermediate_size",
     "vocab_size": "vocab_size", "max_seq_len": "max_position_embeddings", "moe_top_k": "num_experts_per_tok",
     "moe_ffn_hidden_size": "moe_intermediate_size", "moe_first_dense_layers": "first_k_dense_replace",
+    "moe_expert_groups": "n_group", "moe_topk_groups": "topk_group",
 }
 _GPT2_KEYS = {
     "num_layers": "n_layer", "hidden_size": "n_embd", "num_heads": "n_head", "ffn_hidden_size": "n_inner",

@@ -2,6 +2,7 @@
 (the rules themselves are one table, ``parallel/rules.py``)."""
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
@@ -20,6 +21,24 @@ Framework = Literal["megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eage
 FRAMEWORKS: tuple[str, ...] = ("megatron", "nemo", "torchtitan", "deepspeed", "pytorch-eager", "pytorch-compile")
 
 
+# The global batch of a job that names none: a fixed number of tokens per step, so that plans compared
+# side by side train the same batch (it used to be dp x micro-batch x 2pp: a function of the plan).
+# 2,097,152 = 2^21 tokens: the default job's 256 sequences of 8,192 (the README's main example), and in
+# the range published pretraining runs use (GPT-3: 0.5M-3.2M tokens, Brown et al. 2020 Table 2.1).
+DEFAULT_TOKENS_PER_STEP = 2**21
+
+
+def default_global_batch(seq_len: int, unit: int = 1) -> int:
+    """Sequences per step of a job that gives no global batch: DEFAULT_TOKENS_PER_STEP tokens in
+    sequences of ``seq_len``, rounded to the nearest multiple of ``unit`` (what the plan divides:
+    dp x micro-batch, times pp under interleaving), and at least one ``unit``.
+
+    >>> default_global_batch(8192, 32), default_global_batch(2048), default_global_batch(8192, 4608)
+    (256, 1024, 4608)
+    """
+    return max(1, math.floor(DEFAULT_TOKENS_PER_STEP / seq_len / unit + 0.5)) * unit
+
+
 class TrainingJob(Frozen):
     model: ModelSpec
     cluster: ClusterSpec
@@ -27,6 +46,8 @@ class TrainingJob(Frozen):
     seq_len: int = Field(gt=0, le=100_000_000)
     framework: str = "megatron"
     tokens: float | None = Field(None, gt=0, description="tokens to train (for time-to-train)")
+    global_batch_source: Literal["given", "default"] = Field(
+        "given", description="default: the plan gave none, so DEFAULT_TOKENS_PER_STEP tokens (default_global_batch)")
 
     @field_validator("framework")
     @classmethod
@@ -50,8 +71,8 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int,
     dp = plan.dp
     assert dp is not None  # resolved() derives it
     gb = plan.global_batch
-    if gb is None:   # enough micro-batches to fill the pipeline twice
-        gb = dp * plan.micro_batch * max(1, plan.pp * (2 if plan.pp > 1 else 1))
+    if gb is None:   # a fixed number of tokens, whatever the plan (rounded to what the plan divides)
+        gb = default_global_batch(seq_len, dp * plan.micro_batch * (plan.pp if plan.vpp > 1 else 1))
     resolved = ResolvedPlan.of(plan, dp, gb)
     check_rules(JobFacts.of(model, cluster, seq_len, fw), PlanFacts.of(resolved))
     return resolved
@@ -64,10 +85,13 @@ def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | 
     if s <= 0:
         raise PlanError("seq_len", f"{s} must be positive", "give the training sequence length")
     resolved = check_plan(model, cluster, plan, s, framework)
+    source = "default" if plan.global_batch is None else "given"
     try:
-        return TrainingJob(model=model, cluster=cluster, plan=resolved, seq_len=s, framework=framework, tokens=tokens)
+        return TrainingJob(model=model, cluster=cluster, plan=resolved, seq_len=s, framework=framework, tokens=tokens,
+                           global_batch_source=source)
     except ValidationError as e:
         raise PlanError(*first_error(e, "job")) from None
 
 
-__all__ = ["Framework", "FRAMEWORKS", "TrainingJob", "check_plan", "make_job", "stage_layer_split"]
+__all__ = ["Framework", "FRAMEWORKS", "TrainingJob", "check_plan", "make_job", "stage_layer_split",
+           "DEFAULT_TOKENS_PER_STEP", "default_global_batch"]

@@ -162,10 +162,11 @@ _ALIASES = {
 }
 
 
-def parse_plan(text: str, **overrides) -> Plan:
-    """Parse "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective" into a Plan."""
+def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
+    """Parse "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective" into a Plan
+    (``field``: the option the text came from, for the errors in its syntax)."""
     if text is not None and not isinstance(text, str):
-        raise PlanError("plan", f"expected text like \"tp=8,pp=4\", got {type(text).__name__}",
+        raise PlanError(field, f"expected text like \"tp=8,pp=4\", got {type(text).__name__}",
                         'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
     fields: dict = {}
     for raw in (text or "").replace(";", ",").split(","):
@@ -179,10 +180,13 @@ def parse_plan(text: str, **overrides) -> Plan:
             if item.lower() == "fsdp":
                 fields["zero_stage"] = 3
                 continue
-            raise PlanError("plan", f"cannot read {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
+            raise PlanError(field, f"cannot read {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
         key, value = (s.strip() for s in item.split("=", 1))
+        if "=" in value or len(value.split()) > 1 or len(key.split()) > 1:
+            raise PlanError(field, f"cannot read {item!r}: plan fields are separated by commas, not spaces",
+                            f'write "{",".join(item.replace(" = ", "=").split())}"')
         if not key:
-            raise PlanError("plan", f"missing key in {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
+            raise PlanError(field, f"missing key in {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
         if key.lower() == "fsdp":  # a switch: fsdp=1/true means ZeRO-3
             flag = _to_bool(value)
             if not isinstance(flag, bool):
@@ -220,7 +224,17 @@ def _safe_repr(value: object, limit: int = 60) -> str:
 
 
 def first_error(e: ValidationError, prefix: str) -> tuple[str, str, str]:
-    err = e.errors()[0]
+    """(field, problem, fix) of the first error pydantic found."""
+    return describe_error(e.errors()[0], prefix)
+
+
+def all_errors(e: ValidationError, prefix: str) -> list[tuple[str, str, str, str]]:
+    """(field, problem, fix, pydantic's error type) of every error pydantic found, in its order."""
+    return [(*describe_error(err, prefix), err["type"]) for err in e.errors()]
+
+
+def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
+    """(field, problem, fix) of one of pydantic's errors (an item of ``ValidationError.errors()``)."""
     loc = ".".join(str(x) for x in err["loc"])
     field = f"{prefix}.{loc}" if loc else prefix
     ctx_err = (err.get("ctx") or {}).get("error")
@@ -249,7 +263,7 @@ def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """Plan fields held fixed: "tp=8,pp=4,sp=1" (the --plan syntax) or a mapping of Plan fields."""
     if fix is None or fix == "":
         return {}
-    plan: Plan = parse_plan(fix) if isinstance(fix, str) else make_plan(**dict(fix))
+    plan: Plan = parse_plan(fix, "fix") if isinstance(fix, str) else make_plan(**dict(fix))
     fields = {k: getattr(plan, k) for k in plan.model_fields_set}
     if "global_batch" in fields:
         raise PlanError("fix.global_batch", "the global batch is part of the job, not of the plan searched",
