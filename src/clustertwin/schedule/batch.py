@@ -593,7 +593,8 @@ class _Layout:
                 st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
                                tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
                                pp_s=pp_s, dp_sync_s=sync[k], param_gather_s=gather[k], optimizer_s=opt[k],
-                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s)
+                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s,
+                               overhead_s=base.overhead_s)
                 st.fsdp_s = exposed_fsdp(fsdp[k], st.fwd_s, st.bwd_s, opg, st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
                 stage_times.append(st)
             for opp in plans.overlap_pp_domain(pp):
@@ -638,6 +639,7 @@ class _Layout:
             st.cp_hidden_bwd_s = (hidden_cp(total("cp_bwd"), total("attn_bwd"))
                                   + hidden_cp(total("cp_rc"), total("attn_rc")))
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
+            st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
         return out
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..constants import value
 from ..errors import SpecError
 from ..parallel.rules import Capabilities
 
@@ -58,8 +59,14 @@ class FrameworkProfile:
     fused_rope: bool = True
     fused_cross_entropy: bool = True       # logits read once, no fp32 copy of the logits kept
     grad_reduce_bytes: int = 4             # bytes per gradient element in the DP reduction
-    cpu_dispatch_s: float = 4e-6           # host time to launch one kernel (bounds tiny kernels)
+    # host time per kernel, Python and dispatcher included (constants host.*): a layer's phase takes at
+    # least the host time of issuing its kernels, forward (and recomputation) and backward apart
+    cpu_dispatch_s: float = value("host.megatron_forward_per_kernel_s")
+    backward_dispatch_s: float = value("host.backward_per_kernel_s")
     kernel_gap_s: float = 1e-6             # GPU idle between consecutive kernels
+    microbatch_overhead_s: float = value("host.megatron_microbatch_overhead_s")  # per micro-batch and stage
+    fused_norm: bool = True                # one norm kernel (apex/TE/Inductor); False: eager composite in fp32
+    vocab_pad_multiple: int = 1            # the vocabulary is padded to a multiple of this x tp (Megatron: 128)
     overlap_dp_comm: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
@@ -86,30 +93,46 @@ FRAMEWORK_PROFILES: dict[str, FrameworkProfile] = {
     # Megatron-Core as its performance recipes run it (README: --overlap-grad-reduce
     # --overlap-param-gather --tp-comm-overlap, distributed optimizer, TE flash attention).
     # The loss is Megatron's vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless
-    # --cross-entropy-loss-fusion is given (off by default).
-    "megatron": FrameworkProfile("megatron", overlap_tp_comm=True, fused_cross_entropy=False),
+    # --cross-entropy-loss-fusion is given (off by default). The vocabulary is padded to a multiple of
+    # 128 x tp (--make-vocab-size-divisible-by 128, megatron/training/tokenizer _vocab_size_with_padding).
+    "megatron": FrameworkProfile("megatron", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128),
     # NeMo recipes on Megatron-Core: the same kernels and overlaps; its performance recipes (what
     # NVIDIA's published NeMo/DGX Cloud figures run: pretrain_recipe(performance_mode=True) and
     # scripts/performance) set grad_reduce_in_fp32 = False, "bf16 grad dtype": 2-byte gradient
     # buffers and reductions.
-    "nemo": FrameworkProfile("nemo", overlap_tp_comm=True, grad_reduce_bytes=2),
-    # DeepSpeed with Megatron-style kernels; ZeRO comes from the plan.
-    "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6,
+    "nemo": FrameworkProfile("nemo", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128),
+    # DeepSpeed with Megatron-style kernels (Megatron-DeepSpeed): Megatron's vocab-parallel cross-entropy
+    # in PyTorch ops (no fused loss), its vocabulary padding, DeepSpeed's PipelineEngine per micro-batch;
+    # ZeRO comes from the plan.
+    "deepspeed": FrameworkProfile("deepspeed", fused_rope=False, fused_cross_entropy=False, vocab_pad_multiple=128,
+                                  microbatch_overhead_s=value("host.deepspeed_microbatch_overhead_s"),
                                   capabilities=Capabilities(sharded_grads_with_pp=False, interleaved_pp=False,
                                                             context_parallel=False, expert_tp_any=False)),
-    "torchtitan": FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
-                                   fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6,
+    # torchtitan (eager): nn.RMSNorm and complex-number RoPE as composites of PyTorch ops, SwiGLU as
+    # silu and mul, residual adds and the loss (F.cross_entropy on fp32 logits) as separate kernels.
+    "torchtitan": FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False, fused_rope=False,
+                                   fused_norm=False, fused_cross_entropy=False,
+                                   cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                                   backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                                   microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
+                                   kernel_gap_s=1.5e-6,
                                    master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
                                    fsdp_unsharded_with_pp=True,
                                    capabilities=Capabilities(zero_stages=(0, 2, 3), ddp_with_model_parallel=False,
                                                              expert_tp_any=False)),
     "pytorch-eager": FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
-                                      fused_cross_entropy=False, grad_reduce_bytes=4, cpu_dispatch_s=8e-6,
+                                      fused_norm=False, fused_cross_entropy=False, grad_reduce_bytes=4,
+                                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                                       kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,
                                       master_in_optimizer=False,
                                       capabilities=Capabilities(expert_parallel=False, tp_overlap=False)),
     "pytorch-compile": FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
-                                        fused_cross_entropy=True, cpu_dispatch_s=5e-6, kernel_gap_s=1e-6,
+                                        fused_cross_entropy=True, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
+                                        backward_dispatch_s=value("host.compiled_per_kernel_s"),
+                                        microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
+                                        kernel_gap_s=1e-6,
                                         base_memory_bytes=0.6e9, allocator_overhead=0.03,
                                         master_in_optimizer=False,
                                         capabilities=Capabilities(expert_parallel=False)),
