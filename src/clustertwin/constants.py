@@ -203,6 +203,84 @@ _COMPUTE: list[Constant] = [
              "optimizer time: launch-bound floor (kernels x CPU dispatch) and inter-kernel gaps of the step"),
 ]
 
+_ATEN_OP = ("pytorch/pytorch#41383: ~7 us per elementwise op issued from Python with autograd recording "
+             "(~5 us without; 'approx half of it is python parsing overhead'); flagos-ai/FlagGems#4812 measures "
+             "~7 us per eager pointwise op on a tiny CUDA tensor, kernel launch included")
+_AUTOGRAD_FN = ("pytorch/pytorch#189573: a Python torch.autograd.Function adds ~17 us per apply over a direct "
+                "op call (20.7 vs 3.2 us median, 13 inputs)")
+_HOST_PRICES = ("host time of one kernel launch, {phase}: a phase of a layer takes max(GPU time, host time) as "
+                "the stream runs (host issues ahead of the GPU; a kernel cannot start before it is issued)")
+
+_HOST: list[Constant] = [
+    Constant("host.megatron_forward_per_kernel_s", 35e-6, "s",
+             "derived from a count of the host operations of one Megatron GPT layer forward "
+             "(ParallelTransformerLayer, Megatron-LM and Megatron-DeepSpeed): its ~15 kernels are issued by "
+             "~60 aten calls (the kernels' ops plus views, transposes, splits, the CUDA RNG-tracker state "
+             "get/set around each dropout) at ~7 us each and ~8 Python autograd.Function applies (fused "
+             "layer norm, linear with gradient accumulation, TP region copies, fused softmax, bias-GeLU) at "
+             "~17 us: (60 x 7 + 8 x 17) / 15 = 37 us per kernel. " + _ATEN_OP + "; " + _AUTOGRAD_FN,
+             _HOST_PRICES.format(phase="forward and recomputation, Megatron-style Python modules")),
+    Constant("host.torch_forward_per_kernel_s", 15e-6, "s",
+             "derived: plain nn.Module code (torchtitan, nanoGPT-style) issues about two aten calls per kernel "
+             "(the op and a view/transpose/cast) and no Python autograd.Function: 2 x 7 us. " + _ATEN_OP,
+             _HOST_PRICES.format(phase="forward and recomputation, eager PyTorch modules")),
+    Constant("host.compiled_per_kernel_s", 8e-6, "s",
+             "assumed: torch.compile (Inductor, no CUDA graphs) launches each fused Triton kernel from "
+             "generated Python wrapper code, one call per kernel with no dispatcher or autograd recording: "
+             "about one aten op's cost (" + _ATEN_OP + ")",
+             _HOST_PRICES.format(phase="compiled forward and backward")),
+    Constant("host.backward_per_kernel_s", 10e-6, "s",
+             "derived: the backward runs in the C++ autograd engine, one node per op at about an aten call "
+             "without its Python half (~4 us, " + _ATEN_OP + "), plus the Python backward of the "
+             "autograd.Functions Megatron-style code uses (" + _AUTOGRAD_FN + ") for about a third of its "
+             "kernels: ~4 + 17/3 = 10 us",
+             _HOST_PRICES.format(phase="backward, Megatron-style modules")),
+    Constant("host.torch_backward_per_kernel_s", 5e-6, "s",
+             "derived: the C++ autograd engine, one node per kernel at about an aten call without its Python "
+             "half (" + _ATEN_OP + ")",
+             _HOST_PRICES.format(phase="backward, eager PyTorch modules")),
+    Constant("host.collective_launch_s", 30e-6, "s",
+             "assumed: a torch.distributed collective from Python (c10d wrapper, ProcessGroupNCCL work object, "
+             "two CUDA event records and a stream wait, the NCCL enqueue) costs a few aten calls (" + _ATEN_OP
+             + ") plus the autograd.Function around Megatron's TP regions (" + _AUTOGRAD_FN + ")",
+             "host time of one collective launch inside a layer (TP, EP): counts toward the phase's host time"),
+    Constant("host.megatron_microbatch_overhead_s", 0.5e-3, "s",
+             "assumed: per micro-batch Megatron's get_batch broadcasts the batch over the TP group and reads the "
+             "sizes back (megatron/core/tensor_parallel/data.py _build_key_size_numel_dictionaries: "
+             "sizes_cuda.cpu(), a host-device synchronization that drains the launch queue), builds the "
+             "attention mask and position ids, and runs the schedule's Python (forward_step, loss_func); "
+             "about 70 aten-call equivalents (" + _ATEN_OP + "), not measured",
+             "step time: host time per micro-batch and pipeline stage outside the layers (breakdown 'other')"),
+    Constant("host.deepspeed_microbatch_overhead_s", 1.0e-3, "s",
+             "assumed: Megatron-DeepSpeed runs every model through DeepSpeed's PipelineEngine, even at pp = 1 "
+             "(deepspeedai/Megatron-DeepSpeed#6 'use pp engine even for pp=1'), whose Python interpreter "
+             "executes ~4-6 instructions per micro-batch (LoadMicroBatch, ForwardPass, BackwardPass, sends and "
+             "receives) on top of Megatron's get_batch with its host-device synchronization "
+             "(host.megatron_microbatch_overhead_s): about twice Megatron's, not measured",
+             "step time: host time per micro-batch and pipeline stage outside the layers (breakdown 'other')"),
+    Constant("host.torch_microbatch_overhead_s", 0.2e-3, "s",
+             "assumed: a plain PyTorch training loop's per-micro-batch Python (batch to device, loss, "
+             "backward call), ~30 aten-call equivalents (" + _ATEN_OP + "), not measured",
+             "step time: host time per micro-batch outside the layers (breakdown 'other')"),
+]
+
+_ALIGN = ("NVIDIA Matrix Multiplication Background guide (DU-09799-001) Sec. 2.2, Tensor Core requirements: "
+          "with cuBLAS 11+ Tensor Cores run any size, but most efficiently when the dimensions that are "
+          "leading dimensions are multiples of 16 bytes (8 FP16/BF16 elements); smaller alignments fall to "
+          "kernels with narrower loads")
+
+_GEMM_ALIGN: list[Constant] = [
+    Constant("gemm.alignment_bytes", 16, "bytes", _ALIGN,
+             "GEMM time: a GEMM whose leading dimensions (k and n; m and n for a weight gradient) are not "
+             "multiples of this many bytes runs at gemm.unaligned_efficiency"),
+    Constant("gemm.unaligned_efficiency", 0.5, "fraction",
+             "derived: padding GPT-2's vocabulary from 50,257 to 50,304 made nanoGPT ~25% faster (Karpathy, "
+             "x.com/karpathy/status/1621578354024677377; nanoGPT model.py GPTConfig: 'padded up to nearest "
+             "multiple of 64 for efficiency'); the LM head is ~27% of GPT-2 124M's FLOPs at 1,024 tokens "
+             "(2 x 768 x 50,304 of 284 MFLOP per token), so it ran ~1.9-2.2x slower unaligned. " + _ALIGN,
+             "GEMM time: efficiency multiplier of a GEMM with an unaligned leading dimension"),
+]
+
 _SCHEDULE: list[Constant] = [
     Constant("schedule.dp_bucket_elements", 40e6, "elements",
              "Megatron-Core DistributedDataParallelConfig.bucket_size: default max(40M, 1M x dp) parameters "
@@ -360,8 +438,8 @@ _NCCL: list[Constant] = [
              "collective latency: each switch tier beyond the leaf adds two hops (up and down) to a network step"),
 ]
 
-CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_WORKLOAD, *_SCHEDULE, *_MEMORY, *_NETWORK,
-                                   *_NCCL)
+CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
+                                   *_NETWORK, *_NCCL)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

@@ -1,17 +1,22 @@
 """Price compute ops: a roofline with shape-dependent efficiency.
 
 time = max(FLOPs / (peak * efficiency(shape)), bytes / (HBM bandwidth * memory efficiency)),
-then bounded below by the host's cost of launching the kernel, plus the GPU's gap between kernels.
+plus the GPU's gap between kernels. A GEMM whose leading dimensions are not multiples of 16 bytes runs
+at a fraction of that (NVIDIA's Tensor Core requirements). The host's cost of issuing an op's kernels
+(``host_time``: the framework's per-kernel dispatch, Python and autograd included) is priced apart:
+the schedule runs a phase's ops as a stream the host feeds (``stream_time``), so small kernels cost
+what the host needs to issue them and long kernels hide the host behind them.
 """
 from __future__ import annotations
 
 import math
 from functools import lru_cache
+from typing import Sequence
 
 from ..arith import maximum
 from ..constants import group, value
 from ..specs.hardware import GPUSpec
-from ..workload.ops import Op, OpKind, is_score_gemm
+from ..workload.ops import Op, OpKind, Phase, element_bytes, is_score_gemm
 from ..specs.framework import FrameworkProfile
 from .profile import HardwareProfile
 
@@ -21,6 +26,18 @@ OPTIMIZER_KERNELS = int(value("optimizer.kernels"))  # multi-tensor apply: a han
 _QUERY_TILE = int(value("attention.query_tile_rows"))  # rows of one attention thread block
 _HEAD_DIM_REF = value("attention.reference_head_dim")  # the head dim the profile's efficiencies are for
 _HEAD_DIM_EXP = value("attention.head_dim_exponent")
+_ALIGN_BYTES = value("gemm.alignment_bytes")           # leading dimensions in multiples of this run fastest
+_UNALIGNED_EFF = value("gemm.unaligned_efficiency")    # efficiency multiplier of an unaligned GEMM
+_COLLECTIVE_HOST = value("host.collective_launch_s")   # host time of one collective launch
+
+
+def gemm_aligned(op: Op) -> bool:
+    """Whether a GEMM's leading dimensions are multiples of 16 bytes: k and n of a forward or input-gradient
+    GEMM (row-major operands), m and n of a weight gradient (whose k is the token count it reduces over)."""
+    _, m, n, k = op.shape
+    step = max(1, int(_ALIGN_BYTES) // element_bytes(op.dtype))
+    dims = (m, n) if op.name.endswith(".wgrad") else (n, k)
+    return all(d % step == 0 for d in dims)
 
 
 @lru_cache(maxsize=65536)
@@ -37,6 +54,27 @@ def gemm_shape_efficiency(m: int, n: int, k: int, batch: int, sms: int, wave_q: 
         pad = (m * n) / (rows * tm * cols * tn)
         best = max(best, tile_eff * util * pad)
     return best * k / (k + k_half)
+
+
+def host_idle(stream: Sequence[tuple[float, float, bool]]) -> float:
+    """GPU idle time of a stream the host feeds, beyond its busy time, per run of ``stream`` in steady
+    state. ``stream``: the ops of a phase of a block in issue order as (host seconds, GPU seconds,
+    whether it runs on the compute stream). The host issues each op after the one before; an op starts
+    once issued and once the stream's previous op is done; the launch queue lets the host run ahead of
+    long kernels (CUDA launches are asynchronous), so host time hides behind GPU time where the GPU is
+    behind and adds where the host is. Blocks repeat (layer after layer), and the host's lead carries
+    from one to the next: the idle of one run is that of two runs less that of one."""
+    def idle(runs: int) -> float:
+        host = gpu = busy = 0.0
+        for _ in range(runs):
+            for h, g, on_stream in stream:
+                host += h
+                if on_stream:
+                    gpu = max(gpu, host) + g
+                    busy += g
+        return max(gpu, host) - busy
+
+    return max(0.0, idle(2) - idle(1))
 
 
 class ComputePricer:
@@ -70,6 +108,8 @@ class ComputePricer:
         else:
             eff *= gemm_shape_efficiency(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization,
                                          self.profile.k_half)
+        if not gemm_aligned(op):
+            eff *= _UNALIGNED_EFF
         return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
 
     def _gemm_chunks(self, op: Op) -> int:
@@ -84,6 +124,8 @@ class ComputePricer:
             wgrad = op.name.endswith(".wgrad")
             m, k = (m, max(1, k // chunks)) if wgrad else (max(1, m // chunks), k)
         eff = tables.gemm_efficiency(op.dtype, batch * m, n, k)
+        if not gemm_aligned(op):
+            eff *= _UNALIGNED_EFF
         return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
 
     def attention_time(self, op: Op) -> float:
@@ -121,10 +163,21 @@ class ComputePricer:
             t = self.attention_time(op)
         else:  # elementwise, embedding, optimizer: memory bound
             t = self._memory_time(op.bytes, "adamw" if op.kind == OpKind.OPTIMIZER else "elementwise")
-        kernels = OPTIMIZER_KERNELS if op.kind == OpKind.OPTIMIZER else 1
-        t = self._launch_bound(t, kernels)
+        if op.kind == OpKind.OPTIMIZER:   # once per step, outside the layers' stream: its own launch floor
+            t = self._launch_bound(t, OPTIMIZER_KERNELS)
+        else:                             # GPU time; the host's issue time is priced by stream_time
+            t = t + self.fw.kernel_gap_s * op.kernels
         self._cache[op] = t
         return t
+
+    def host_time(self, op: Op) -> float:
+        """Seconds the host spends issuing ``op``: the framework's per-kernel cost (forward and
+        recomputation from Python, backward from the autograd engine) times its kernels; a collective
+        costs one launch through torch.distributed."""
+        if op.is_comm:
+            return _COLLECTIVE_HOST
+        per_kernel = self.fw.backward_dispatch_s if op.phase == Phase.BWD else self.fw.cpu_dispatch_s
+        return per_kernel * op.kernels
 
     def _launch_bound(self, t, kernels: int):
         """A kernel's time plus the gap to the next, but never less than the host's cost to launch it."""

@@ -598,7 +598,7 @@ class _Layout:
                                tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
                                pp_s=pp_s, dp_sync_s=sync[k], param_gather_s=gather[k], optimizer_s=opt[k],
                                cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s,
-                               pp_shares_nic=nic_shared)
+                               pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
                 ag, rs, units = fsdp[k]
                 st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
                                          st.cp_hidden_fwd_s, st.cp_hidden_bwd_s)
@@ -645,6 +645,7 @@ class _Layout:
             st.cp_hidden_bwd_s = (hidden_cp(total("cp_bwd"), total("attn_bwd"))
                                   + hidden_cp(total("cp_rc"), total("attn_rc")))
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
+            st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
         return out
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
-from ..cost.compute import ComputePricer
+from ..cost.compute import ComputePricer, host_idle
 from ..specs.framework import FrameworkProfile
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
@@ -59,11 +59,12 @@ class StageTime:
     cp_hidden_bwd_s: Num = 0.0    # backward and recomputation
     # the stage's overlapped pipeline sends use the NICs its DP/FSDP traffic uses (both cross nodes)
     pp_shares_nic: Num = False
+    overhead_s: Num = 0.0         # the framework's host time per micro-batch outside the layers
 
     @property
     def per_microbatch_s(self) -> float:
         return (self.fwd_s + self.bwd_s + self.recompute_s + self.tp_s + self.cp_s + self.ep_s + self.fsdp_s
-                + self.moe_imbalance_s)
+                + self.moe_imbalance_s + self.overhead_s)
 
 
 @dataclass
@@ -119,8 +120,15 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     phase, for the caller to expose the ring beyond the attention it hides behind."""
     attn_time = 0.0
     cp_time = 0.0
+    stream = []   # (host, GPU, on the compute stream) per op, for the host-bound floor
     for op, rep in ops:
         t = pricer.time(op) * rep
+        blocking = not op.is_comm or (op.group in ("tp", "ep") and not op.overlappable)
+        if op.layer in ("layer", "moe_layer"):
+            # embedding and head run once beside many layers: the host's lead over the layers' long
+            # kernels hides their issue time (not priced: the lead is not tracked across blocks)
+            on_stream = t / pricer.compute.tp_overlap_chunks if op.is_comm and op.group == "tp" else t
+            stream.append((pricer.compute.host_time(op) * rep, on_stream, blocking))
         if op.extra and "load_factor" in op.extra:
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
@@ -144,6 +152,13 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             st.bwd_s += t
         else:
             st.recompute_s += t
+    idle = host_idle(stream)   # where the host issues slower than the GPU runs, the GPU waits
+    if phase == Phase.FWD:
+        st.fwd_s += idle
+    elif phase == Phase.BWD:
+        st.bwd_s += idle
+    else:
+        st.recompute_s += idle
     return cp_time, attn_time
 
 
@@ -267,6 +282,6 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "dp_comm": dp_exposed + m * cs("fsdp_s"),
         "bubble": bubble,
         "optimizer": opt,
-        "other": 0.0,
+        "other": m * cs("overhead_s"),
     }
     return breakdown, crit

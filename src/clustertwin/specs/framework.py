@@ -46,6 +46,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from ..constants import value
 from ..errors import SpecError
 from ..parallel.rules import Capabilities
 
@@ -62,8 +63,14 @@ class FrameworkProfile:
     # bytes per gradient element under fp16 training when the stack reduces in the parameter dtype
     # (None: grad_reduce_bytes whatever the precision)
     grad_reduce_bytes_fp16: int | None = None
-    cpu_dispatch_s: float = 4e-6           # host time to launch one kernel (bounds tiny kernels)
+    # host time per kernel, Python and dispatcher included (constants host.*): a layer's phase takes at
+    # least the host time of issuing its kernels, forward (and recomputation) and backward apart
+    cpu_dispatch_s: float = value("host.megatron_forward_per_kernel_s")
+    backward_dispatch_s: float = value("host.backward_per_kernel_s")
     kernel_gap_s: float = 1e-6             # GPU idle between consecutive kernels
+    microbatch_overhead_s: float = value("host.megatron_microbatch_overhead_s")  # per micro-batch and stage
+    fused_norm: bool = True                # one norm kernel (apex/TE/Inductor); False: eager composite in fp32
+    vocab_pad_multiple: int = 1            # the vocabulary is padded to a multiple of this x tp (Megatron: 128)
     overlap_dp_comm: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
@@ -123,14 +130,14 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - no distributed optimizer (ZeRO-1 arrived in 2022: --use-distributed-optimizer) and no
     #   sequence parallelism (Korthikanti et al. 2022): ZeRO-0, sp off
     # - vocab-parallel cross-entropy in PyTorch ops on fp32 logits (--fp16-lm-cross-entropy off)
-    FrameworkProfile("megatron-lm@2021", attention_kernel="unfused", fused_cross_entropy=False,
+    FrameworkProfile("megatron-lm@2021", attention_kernel="unfused", fused_cross_entropy=False, vocab_pad_multiple=128,
                      grad_reduce_bytes_fp16=2, overlap_dp_comm=False, overlap_pp_comm=False, overlap_tp_comm=False,
                      default_zero_stage=0, sp_with_tp=False, capabilities=_MEGATRON_2021_CAPS, family="megatron",
                      released="2021-08"),
     # Megatron-LM as of Korthikanti et al. 2022 (arXiv 2205.05198; tree of 2022-07, commit 2755bcb):
     # the same fused-softmax attention, local DDP and blocking p2p as 2021; --sequence-parallel and
     # --use-distributed-optimizer exist but are opt-in (store_true), so ZeRO-0 and sp off unless stated
-    FrameworkProfile("megatron-lm@2022", attention_kernel="unfused", fused_cross_entropy=False,
+    FrameworkProfile("megatron-lm@2022", attention_kernel="unfused", fused_cross_entropy=False, vocab_pad_multiple=128,
                      grad_reduce_bytes_fp16=2, overlap_dp_comm=False, overlap_pp_comm=False, overlap_tp_comm=False,
                      default_zero_stage=0, sp_with_tp=False, capabilities=_MEGATRON_2022_CAPS, family="megatron",
                      released="2022-05"),
@@ -141,7 +148,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless --cross-entropy-loss-fusion
     # (off by default). bf16 gradients reduced in fp32 ("bfloat16 requires gradient accumulation and
     # all-reduce to be done in fp32", arguments.py).
-    FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False,
+    FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
                      family="megatron", released="2024-01"),
     # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
     # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
@@ -150,8 +157,10 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # recipes (pretrain_recipe(performance_mode=True), scripts/performance) set grad_reduce_in_fp32 =
     # False. Both releases below differ in nothing this profile models; they are kept apart so a run
     # names its release and a later difference has a place.
-    FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, family="nemo", released="2024-07"),
-    FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, family="nemo", released="2025-02"),
+    FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
+                     released="2024-07"),
+    FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
+                     released="2025-02"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
     # - attention: FusedScaleMaskSoftmax (masked_softmax_fusion on by default) unless
     #   --use-flash-attn / --use-flash-attn-v2 / --use-flash-attn-triton (all store_true): unfused
@@ -163,7 +172,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   (deepspeed/runtime/zero/config.py), gradients reduced in the training dtype
     #   (engine.communication_data_type: fp16 under fp16)
     FrameworkProfile("megatron-deepspeed", attention_kernel="unfused", fused_rope=False, fused_cross_entropy=False,
-                     grad_reduce_bytes_fp16=2, cpu_dispatch_s=6e-6, overlap_dp_comm=False, overlap_pp_comm=False,
+                     vocab_pad_multiple=128, microbatch_overhead_s=value("host.deepspeed_microbatch_overhead_s"),
+                     grad_reduce_bytes_fp16=2, overlap_dp_comm=False, overlap_pp_comm=False,
                      default_zero_stage=0, sp_with_tp=False, capabilities=_DEEPSPEED_NO_TP_OVERLAP_CAPS,
                      family="megatron-deepspeed"),
     # DeepSpeed ZeRO-3 as released in 2021 (v0.5.8, 2021-12): overlap_comm defaults to True under
@@ -173,7 +183,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # May 2022 (arXiv 2205.14135); the models run with it then used Megatron's fused softmax or
     # eager softmax.
     FrameworkProfile("deepspeed-zero3@2021", attention_kernel="unfused", fused_rope=False, fused_cross_entropy=False,
-                     grad_reduce_bytes_fp16=2, cpu_dispatch_s=6e-6, overlap_pp_comm=False, default_zero_stage=3,
+                     microbatch_overhead_s=value("host.deepspeed_microbatch_overhead_s"),
+                     grad_reduce_bytes_fp16=2, overlap_pp_comm=False, default_zero_stage=3,
                      sp_with_tp=False, capabilities=_DEEPSPEED_NO_TP_OVERLAP_CAPS, family="deepspeed",
                      released="2021-12"),
     # torchtitan as benchmarked in docs/performance.md (torchtitan 9dec370 of 2024-12-26, torch nightly
@@ -188,11 +199,17 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   commented out)
     # - FSDP2 (ZeRO-3) by default, TP always with sequence parallelism (SequenceParallel on the norms)
     FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
-                     fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6, master_in_optimizer=False,
+                     fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                     backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
+                     kernel_gap_s=1.5e-6, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
-                     fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6, master_in_optimizer=False,
+                     fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
+                     backward_dispatch_s=value("host.compiled_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
+                     kernel_gap_s=1.5e-6, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
 )
@@ -205,22 +222,32 @@ _BASE: tuple[FrameworkProfile, ...] = (
     replace(_STACKS[4], name="nemo", released=""),
     # DeepSpeed with Megatron-style kernels and flash attention; ZeRO comes from the plan. Not a
     # documented release: name megatron-deepspeed or deepspeed-zero3@2021 for those stacks.
-    FrameworkProfile("deepspeed", fused_rope=False, cpu_dispatch_s=6e-6, default_zero_stage=0, sp_with_tp=False,
-                     capabilities=_DEEPSPEED_CAPS, family="deepspeed"),
-    # torchtitan before eager and compiled runs were told apart: torchtitan-eager's kernels but a fused
-    # RoPE (kept as it was; name torchtitan-eager or torchtitan-compile for a documented stack)
-    FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False,
-                     fused_cross_entropy=False, cpu_dispatch_s=6e-6, kernel_gap_s=1.5e-6,
+    # Megatron's vocab-parallel cross-entropy in PyTorch ops (no fused loss), its vocabulary padding,
+    # DeepSpeed's PipelineEngine per micro-batch
+    FrameworkProfile("deepspeed", fused_rope=False, fused_cross_entropy=False, vocab_pad_multiple=128,
+                     microbatch_overhead_s=value("host.deepspeed_microbatch_overhead_s"), default_zero_stage=0,
+                     sp_with_tp=False, capabilities=_DEEPSPEED_CAPS, family="deepspeed"),
+    # torchtitan as benchmarked, eager: nn.RMSNorm and complex-number RoPE as composites of PyTorch ops,
+    # SwiGLU as silu and mul, residual adds and the loss (F.cross_entropy on fp32 logits) apart
+    FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False, fused_rope=False, fused_norm=False,
+                     fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                     backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=1.5e-6,
                      master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
                      fsdp_unsharded_with_pp=True, capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
     FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
-                     fused_cross_entropy=False, grad_reduce_bytes=4, cpu_dispatch_s=8e-6,
+                     fused_norm=False, fused_cross_entropy=False, grad_reduce_bytes=4,
+                     cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                     backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False), family="pytorch"),
     FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
-                     fused_cross_entropy=True, cpu_dispatch_s=5e-6, kernel_gap_s=1e-6,
+                     fused_cross_entropy=True, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
+                     backward_dispatch_s=value("host.compiled_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=1e-6,
                      base_memory_bytes=0.6e9, allocator_overhead=0.03,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
                      capabilities=Capabilities(expert_parallel=False), family="pytorch"),

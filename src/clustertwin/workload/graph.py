@@ -3,7 +3,7 @@ each with forward/backward/recompute ops for one micro-batch, the pipeline p2p o
 once-per-iteration ops (DP gradient sync, ZeRO parameter gathers, optimizer)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
@@ -113,6 +113,9 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         bias=model.bias, dropout=getattr(model, "dropout", 0.0) > 0, attention_kernel=plan.attention_kernel or "flash",
         gemm_dtype=plan.precision, act_bytes=act_bytes,
         fused_bias_act=fw.fused_bias_act, fused_residual=fw.fused_residual, fused_rope=fw.fused_rope,
+        fused_norm=fw.fused_norm, vocab_pad=fw.vocab_pad_multiple,
+        # Megatron-family frameworks (they pad the vocabulary) run Megatron's vocab-parallel loss
+        loss="fused" if fw.fused_cross_entropy else ("vocab_parallel" if fw.vocab_pad_multiple > 1 else "eager"),
         experts_local=model.moe_num_experts // plan.ep if model.is_moe else 0, top_k=model.moe_top_k,
         ep=plan.ep, expert_ffn=model.expert_ffn // etp if model.is_moe else 0,
         shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
@@ -157,8 +160,7 @@ def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: Layer
         ops = op_sac_recompute(c, fwd)
     else:
         return ()
-    return tuple(Op(op.name, op.kind, Phase.RECOMPUTE, op.flops, op.bytes, op.shape, op.dtype, op.collective,
-                    op.group, op.comm_bytes, op.overlappable, op.layer) for op in ops)
+    return tuple(replace(op, phase=Phase.RECOMPUTE, extra={}) for op in ops)
 
 
 def layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[float, float]:

@@ -33,6 +33,11 @@ class Stream(str, Enum):
     PP = "pp_comm"
 
 
+def element_bytes(dtype: str) -> int:
+    """Bytes of one GEMM operand element in ``dtype`` (FP8/FP4 operands are stored a byte each)."""
+    return {"fp8": 1, "fp4": 1, "fp32": 4, "tf32": 4}.get(dtype, 2)
+
+
 def is_score_gemm(name: str) -> bool:
     """The batched attention-score GEMMs of unfused attention (attn.qk, attn.av and their gradients),
     not the QKV projection."""
@@ -47,6 +52,8 @@ class Op:
     message size per rank (the full buffer: for all-gather the gathered output, for reduce-scatter
     the unreduced input, for all-reduce the buffer). ``group`` names the process group
     (tp, cp, dp, dp_cp, ep, pp); ``count`` repeats the op (e.g. batched attention heads are one op).
+    ``kernels`` is how many kernels the framework launches for it (an eager composite norm is several):
+    the host's time to issue them bounds the stream when the GPU work is shorter.
     """
 
     name: str
@@ -62,6 +69,7 @@ class Op:
     overlappable: bool = False
     layer: str = ""          # "layer", "moe_layer", "embedding", "head", "step"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    kernels: int = 1         # kernel launches the op stands for (the host issues each one)
 
     @property
     def stream(self) -> Stream:

@@ -2,7 +2,11 @@
 on one rank. Sizes are already divided by the parallelism (tp heads and widths, cp sequence).
 
 Byte counts follow the tensors each kernel must read and write (16-bit activations unless noted);
-FLOPs count two per multiply-add. Backward GEMMs are the dgrad and wgrad GEMMs of each forward GEMM;
+FLOPs count two per multiply-add. ``kernels`` counts the launches each op stands for in the framework
+that runs it: a fused stack (apex/Transformer Engine/Inductor) runs a norm as one kernel forward and two
+backward (input gradient, then the weight-gradient reduction), an eager PyTorch stack runs the norm,
+RoPE, SwiGLU and the loss as composites of several kernels, several of them in fp32 (the recipes are in
+``_norm``, ``_rope``, ``_mlp`` and ``head_ops``, each derived from the code that runs them). Backward GEMMs are the dgrad and wgrad GEMMs of each forward GEMM;
 FlashAttention's backward does 2.5x the forward FLOPs (5 GEMMs against 2; Dao 2023, arXiv 2307.08691).
 """
 from __future__ import annotations
@@ -55,6 +59,9 @@ class LayerContext:
     moe_load_factor: float = 1.0  # busiest EP rank's tokens over the mean (routing imbalance)
     moe_node_dedup: tuple[int, ...] = ()  # (top_k, groups, groups per token) with a node-deduplicating dispatcher
     etp: int = 1            # expert tensor-parallel size (expert_ffn is already divided by it)
+    fused_norm: bool = True  # one norm kernel; False: PyTorch's composite in fp32 (eager)
+    vocab_pad: int = 1      # the framework pads the vocabulary to a multiple of vocab_pad x tp
+    loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
 
     @property
     def moe_tokens(self) -> int:
@@ -84,8 +91,9 @@ def gemm_backward(op: Op) -> tuple[Op, Op]:
     return dgrad, wgrad
 
 
-def elementwise(name: str, nbytes: float, phase: Phase = FWD, layer: str = "layer", flops: float = 0.0) -> Op:
-    return Op(name, OpKind.ELEMENTWISE, phase, flops=flops, bytes=float(nbytes), layer=layer)
+def elementwise(name: str, nbytes: float, phase: Phase = FWD, layer: str = "layer", flops: float = 0.0,
+                kernels: int = 1) -> Op:
+    return Op(name, OpKind.ELEMENTWISE, phase, flops=flops, bytes=float(nbytes), layer=layer, kernels=kernels)
 
 
 def collective(name: str, kind: str, group: str, nbytes: float, phase: Phase, overlappable: bool = False,
@@ -96,10 +104,27 @@ def collective(name: str, kind: str, group: str, nbytes: float, phase: Phase, ov
 
 
 def _norm(c: LayerContext, name: str, layer: str) -> tuple[Op, Op]:
-    rows = c.norm_rows
-    # forward reads x, writes y (and saves fp32 stats); backward reads x and dy, writes dx
-    fwd = elementwise(name, rows * c.hidden * 2 * c.act_bytes, FWD, layer, flops=5.0 * rows * c.hidden)
-    bwd = elementwise(name + ".bwd", rows * c.hidden * 3 * c.act_bytes, BWD, layer, flops=8.0 * rows * c.hidden)
+    """A layer norm or RMSNorm over the rank's rows, forward and backward.
+
+    Fused (apex, Transformer Engine, Inductor): the forward reads x and writes y (saving fp32 row
+    statistics); the backward reads x and dy and writes dx, accumulating per-block partial weight
+    gradients, then a second kernel reduces the partials (TE ln_bwd + ln_bwd_finalize).
+    Eager: PyTorch's composite. RMSNorm (aten rms_norm composite, as nn.RMSNorm runs it) computes in
+    fp32: to(fp32), pow, mean, add, rsqrt, mul, type_as, mul(weight): 8 kernels moving (24 + 4a) bytes
+    per element (a: activation bytes); its autograd backward (weight gradient: mul + sum; type_as; the
+    two mul gradients with a row sum; pow; the add of both paths; the cast back) 12 kernels, (52 + 8a).
+    LayerNorm under autocast runs in fp32 (layer_norm is on autocast's fp32 list): cast in, the fp32
+    kernel, cast out for the next GEMM: 3 kernels, (16 + 2a); backward 4 kernels, (28 + 2a)."""
+    n = c.norm_rows * c.hidden
+    a = c.act_bytes
+    if c.fused_norm:
+        fwd_b, fwd_k, bwd_b, bwd_k = 2 * a, 1, 3 * a, 2
+    elif c.norm == "rmsnorm":
+        fwd_b, fwd_k, bwd_b, bwd_k = 24 + 4 * a, 8, 52 + 8 * a, 12
+    else:
+        fwd_b, fwd_k, bwd_b, bwd_k = 16 + 2 * a, 3, 28 + 2 * a, 4
+    fwd = elementwise(name, n * fwd_b, FWD, layer, flops=5.0 * n, kernels=fwd_k)
+    bwd = elementwise(name + ".bwd", n * bwd_b, BWD, layer, flops=8.0 * n, kernels=bwd_k)
     return fwd, bwd
 
 
@@ -134,8 +159,9 @@ def _residual(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op
     a = c.act_bytes
     mask = 1 if c.dropout else 0
     if c.fused_residual:
+        # backward: the dropout-masked gradient, and with a bias its gradient (a reduction over tokens)
         return ([elementwise(name, n * (3 * a + mask), FWD, layer)],
-                [elementwise(name + ".bwd", n * (3 * a + mask), BWD, layer)])
+                [elementwise(name + ".bwd", n * (3 * a + mask), BWD, layer, kernels=2 if c.bias else 1)])
     fwd = []
     if c.bias:
         fwd.append(elementwise(name + ".bias", n * 2 * a, FWD, layer))
@@ -168,10 +194,14 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
     if c.dropout:
         fwd.append(elementwise("attn.dropout", scores * 5, FWD, layer))
     fwd.append(gemm("attn.av", s_q, c.v_head_dim, s_kv, "bf16", 2, b * a, FWD, layer))
+    # [b, heads, s, d] -> [s, b, heads * d] for the projection: permute + contiguous, one copy kernel
+    fwd.append(elementwise("attn.context_copy", c.tokens * a * c.v_head_dim * 2 * c.act_bytes, FWD, layer))
     bwd: list[Op] = []
     for op in reversed(fwd):
         if op.kind == OpKind.GEMM:
             bwd.extend(gemm_backward(op))
+        elif op.name == "attn.context_copy":
+            bwd.append(elementwise(op.name + ".bwd", op.bytes, BWD, layer))
         else:
             bwd.append(elementwise(op.name + ".bwd", op.bytes * 1.5, BWD, layer, flops=op.flops))
     return fwd, bwd, list(fwd)
@@ -194,11 +224,19 @@ def _mlp(c: LayerContext, name: str, width: int, tokens: int, layer: str, batch:
     up = gemm(f"{name}.up", tokens, ups * width, c.hidden, c.gemm_dtype, a, batch, FWD, layer)
     down = gemm(f"{name}.down", tokens, c.hidden, width, c.gemm_dtype, a, batch, FWD, layer)
     n = batch * tokens * width
-    act_fwd = [elementwise(f"{name}.act", n * (ups + 1) * a, FWD, layer, flops=8.0 * n)]
+    if c.fused_bias_act or not c.gated:
+        # one kernel: reads the up projection(s), writes the activation; backward reads dy and the
+        # inputs, writes their gradients
+        act_fwd = [elementwise(f"{name}.act", n * (ups + 1) * a, FWD, layer, flops=8.0 * n)]
+        act_bwd = [elementwise(f"{name}.act.bwd", n * (1 + 2 * ups) * a, BWD, layer, flops=8.0 * n)]
+    else:
+        # eager SwiGLU, silu(gate) * up: silu (2a) and mul (3a); backward: the two mul gradients (3a
+        # each) and silu's (3a)
+        act_fwd = [elementwise(f"{name}.act", n * 5 * a, FWD, layer, flops=8.0 * n, kernels=2)]
+        act_bwd = [elementwise(f"{name}.act.bwd", n * 9 * a, BWD, layer, flops=8.0 * n, kernels=3)]
     if c.bias and not c.fused_bias_act:
         act_fwd.insert(0, elementwise(f"{name}.bias", n * ups * 2 * a, FWD, layer))
-    act_bwd = [elementwise(op.name + ".bwd", op.bytes * (1.5 if op.name.endswith("act") else 1.0), BWD, layer,
-                           flops=op.flops) for op in reversed(act_fwd)]
+        act_bwd.append(elementwise(f"{name}.bias.bwd", n * ups * 2 * a, BWD, layer))
     fwd = [up, *act_fwd, down]
     bwd = [*gemm_backward(down), *act_bwd, *gemm_backward(up)]
     return fwd, bwd
@@ -285,9 +323,13 @@ def layer_ops(c: LayerContext, moe: bool) -> tuple[tuple[Op, ...], tuple[Op, ...
     section = [*[x for op in reversed(qkv) for x in gemm_backward(op)], *e_b, n1b]
     bwd_rev.append(section)
     if c.rope:
-        rope_bytes = c.tokens * (c.heads + c.kv_heads) * c.qk_head_dim * 2 * c.act_bytes
-        fwd.append(elementwise("attn.rope", rope_bytes * (1 if c.fused_rope else 2), FWD, layer))
-        bwd_rev.append([elementwise("attn.rope.bwd", rope_bytes * (1 if c.fused_rope else 2), BWD, layer)])
+        # fused: one kernel per tensor (q, k) reading and writing it. Eager (torchtitan's complex
+        # rotation): per tensor float() (a + 4), the complex multiply (8), type_as (4 + a): 3 kernels; the
+        # backward mirrors it
+        elems = c.tokens * (c.heads + c.kv_heads) * c.qk_head_dim
+        per_elem, kernels = (2 * c.act_bytes, 2) if c.fused_rope else (16 + 2 * c.act_bytes, 6)
+        fwd.append(elementwise("attn.rope", elems * per_elem, FWD, layer, kernels=kernels))
+        bwd_rev.append([elementwise("attn.rope.bwd", elems * per_elem, BWD, layer, kernels=kernels)])
     core_f, core_b, core_rc = _attention_core(c, layer)
     cp_f, cp_b = _cp_exchange(c, layer)
     fwd += [*cp_f, *core_f]
@@ -362,14 +404,25 @@ def _with_fp8_casts(ops: list[Op]) -> list[Op]:
     return out
 
 
+def _padded_vocab(c: LayerContext, vocab: int) -> int:
+    """The vocabulary rows of one TP rank: Megatron pads the vocabulary to a multiple of
+    ``vocab_pad`` x tp (--make-vocab-size-divisible-by), others split it as it is."""
+    multiple = c.vocab_pad * c.tp
+    return -(-vocab // multiple) * multiple // c.tp
+
+
 @lru_cache(maxsize=1024)
 def embedding_ops(c: LayerContext, vocab: int, learned_positions: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """Token (and position) embedding on the first stage: vocab-parallel over tp."""
     a = c.act_bytes
     T = c.tokens
     fwd = [Op("embedding.lookup", OpKind.EMBEDDING, FWD, bytes=float(T * c.hidden * a * (3 if learned_positions else 2)),
-              layer="embedding")]
-    bwd = [Op("embedding.grad", OpKind.EMBEDDING, BWD, bytes=float(T * c.hidden * (a + 4) * 2), layer="embedding")]
+              layer="embedding", kernels=3 if learned_positions else 1)]
+    # backward: embedding_dense_backward sorts the token ids and sums rows into a zeroed (vocab x hidden)
+    # gradient, which is then added into the accumulated gradient (read both, write one)
+    table = _padded_vocab(c, vocab) * c.hidden * a
+    bwd = [Op("embedding.grad", OpKind.EMBEDDING, BWD, bytes=float(T * c.hidden * (a + 4) * 2 + 4 * table),
+              layer="embedding", kernels=5)]
     if c.tp > 1:
         size = T * c.hidden * a
         kind = "reduce_scatter" if c.sp else "all_reduce"
@@ -384,13 +437,25 @@ def head_ops(c: LayerContext, vocab: int, fused_ce: bool) -> tuple[tuple[Op, ...
     """Final norm, output projection over a vocab-parallel head, cross-entropy in fp32."""
     n, nb = _norm(c, "final_norm", "head")
     e_f, e_b = _tp_enter(c, "head.tp_in", "head")
-    v_local = -(-vocab // c.tp)
+    v_local = _padded_vocab(c, vocab)
     logits = gemm("head.logits", c.tokens, v_local, c.hidden, "bf16" if c.gemm_dtype == "fp8" else c.gemm_dtype,
                   c.act_bytes, 1, FWD, "head")
     elems = c.tokens * v_local
-    # fused: logits read once, gradient written in the forward kernel; unfused: fp32 copy, log-softmax, nll
-    ce_f = elementwise("head.cross_entropy", elems * (4 if fused_ce else 14), FWD, "head", flops=5.0 * elems)
-    ce_b = elementwise("head.cross_entropy.bwd", elems * (2 if fused_ce else 10), BWD, "head", flops=2.0 * elems)
+    a = c.act_bytes
+    loss = "fused" if fused_ce else (c.loss if c.loss != "fused" else "eager")
+    if loss == "fused":      # logits read once, the gradient written in the forward kernel
+        f_b, f_k, b_b, b_k = 4, 1, 2, 1
+    elif loss == "vocab_parallel":
+        # Megatron's vocab-parallel cross-entropy on fp32 logits: float() (a + 4), max (4), subtract (8),
+        # exp (8), sum (4), divide (8) and the target pick; backward: the one-hot subtract, mul_ by the
+        # loss gradient (8) and the cast back to the logits' dtype (4 + a)
+        f_b, f_k, b_b, b_k = 36 + a, 8, 12 + a, 3
+    else:
+        # F.cross_entropy(logits.float()): float() (a + 4), log_softmax (8), nll; backward: the nll
+        # gradient (zero fill, scatter: 4), log_softmax's (12), the cast back (4 + a)
+        f_b, f_k, b_b, b_k = 12 + a, 3, 20 + a, 4
+    ce_f = elementwise("head.cross_entropy", elems * f_b, FWD, "head", flops=5.0 * elems, kernels=f_k)
+    ce_b = elementwise("head.cross_entropy.bwd", elems * b_b, BWD, "head", flops=2.0 * elems, kernels=b_k)
     fwd = [n, *e_f, logits, ce_f]
     if c.tp > 1:
         fwd.append(collective("head.ce_stats", "all_reduce", "tp", c.tokens * 4 * 3, FWD, layer="head"))
