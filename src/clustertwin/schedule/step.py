@@ -116,8 +116,10 @@ class Pricer:
 
 def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[float, float]:
     """Add the priced ``(op, repeat)`` pairs of one phase to ``st``: compute to fwd/bwd/recompute,
-    exposed TP and MoE communication to tp_s/ep_s. Returns (CP ring time, attention time) of the
-    phase, for the caller to expose the ring beyond the attention it hides behind."""
+    exposed TP and MoE communication to tp_s/ep_s. Returns (CP ring time, the compute-stream time that
+    hides it) of the phase, for the caller to expose the ring beyond it: the attention kernels', and
+    the time the compute stream waits for the host to issue kernels, during which the ring exchange
+    (on its own stream) proceeds as well."""
     attn_time = 0.0
     cp_time = 0.0
     stream = []   # (host, GPU, on the compute stream) per op, for the host-bound floor
@@ -159,7 +161,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
         st.bwd_s += idle
     else:
         st.recompute_s += idle
-    return cp_time, attn_time
+    return cp_time, attn_time + idle
 
 
 def exposed_cp(cp_time, attn_time):
