@@ -152,12 +152,37 @@ def prediction_tables(p: Prediction) -> list:
     return [title, head, bd, mem]
 
 
-def validation_tables(rep: ValidationReport) -> list:
-    """`clustertwin validate`: the rows, then the counts and the errors."""
+def validation_tables(rep: ValidationReport, cv: "CrossValidation | None" = None) -> list:
+    """`clustertwin validate`: the rows, then the counts and the errors; with ``cv`` (--cv source) the rows
+    are out of sample, and a table per held-out source and per file follows."""
     by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
-    return [validation_table(rep),
-            f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}",
-            f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%"]
+    out: list[Any] = [validation_table(rep),
+                      f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}",
+                      f"MAPE{' (out of sample)' if cv else ''}: {rep.mape * 100:.1f}% ({by}); "
+                      f"max |error|: {rep.max_abs_error * 100:.1f}%"]
+    if cv is None:
+        return out
+    t = Table(title="leave-one-source-out: each source judged by a profile calibrated on the others",
+              title_justify="left")
+    t.add_column("held-out source", no_wrap=True, overflow="ellipsis", max_width=36)
+    for col in ("rows", "fitted on", "MAPE uncalibrated", "MAPE out of sample", "max |error|"):
+        t.add_column(col, justify="right")
+    for f in cv.folds:
+        t.add_row(f.group, str(len(f.report.rows)), str(f.n_train) if f.n_train else f.note,
+                  f"{f.default.mape * 100:.1f}%", f"{f.report.mape * 100:.1f}%", f"{f.report.max_abs_error * 100:.1f}%")
+    out.append(t)
+    files = cv.by_file()
+    if len(files) > 1:
+        ft = Table(title="per file", title_justify="left")
+        ft.add_column("file", no_wrap=True)
+        for col in ("rows", "MAPE uncalibrated", "MAPE out of sample", "max |error|"):
+            ft.add_column(col, justify="right")
+        for name, d in files.items():
+            ft.add_row(name, str(d["n"]), f"{d['mape_uncalibrated'] * 100:.1f}%", f"{d['mape'] * 100:.1f}%",
+                       f"{d['max_abs_error'] * 100:.1f}%")
+        out.append(ft)
+    out.append(f"MAPE uncalibrated: {cv.default.mape * 100:.1f}%; out of sample: {rep.mape * 100:.1f}%")
+    return out
 
 
 def validation_table(rep: ValidationReport) -> Table:
