@@ -359,8 +359,10 @@ def _jacobian(pricer: _Pricer, params: list[FitParam], x: np.ndarray, lt: np.nda
 
 def fit_runs(rows: list[FitRow], base: Callable[[Any], HardwareProfile] | None = None, *,
              params: list[FitParam] | None = None, max_params: int = MAX_PARAMS,
-             per_group: int = MAX_ROWS_PER_GROUP, max_iter: int = MAX_ITER) -> RunFit:
-    """Fit the profile's parameters to ``rows`` (robust least squares on log step time)."""
+             per_group: int = MAX_ROWS_PER_GROUP, max_iter: int = MAX_ITER,
+             prior_sigma: float | None = PRIOR_SIGMA) -> RunFit:
+    """Fit the profile's parameters to ``rows`` (robust least squares on log step time). ``params``: fit
+    exactly these (default: ``candidate_params`` the rows are sensitive to); ``prior_sigma=None``: no prior."""
     if base is None:
         from .profile import profile_for
         base = profile_for
@@ -393,8 +395,10 @@ def fit_runs(rows: list[FitRow], base: Callable[[Any], HardwareProfile] | None =
     lo = np.array([p.x_bounds[0] for p in cands])
     hi = np.array([p.x_bounds[1] for p in cands])
     x0 = np.clip(x0, lo, hi)
-    sigma_p = np.array([PRIOR_SIGMA if p.log else 0.5 for p in cands])
-    prior_w = F_SCALE / sigma_p        # a prior residual of one sigma weighs like a row off by F_SCALE
+    if prior_sigma is None:
+        prior_w = np.zeros(k)
+    else:   # a prior residual of one sigma weighs like a row off by F_SCALE
+        prior_w = F_SCALE / np.array([prior_sigma if p.log else 0.5 for p in cands])
 
     def vals(x: np.ndarray) -> list[float]:
         return [p.from_x(v) for p, v in zip(cands, x)]

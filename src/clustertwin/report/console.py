@@ -122,6 +122,8 @@ def prediction_tables(p: Prediction) -> list:
     head.add_column("metric", style="bold")
     head.add_column("value")
     head.add_row("step time", format_duration(p.step_time_s))
+    from ..calibrate.bands import describe
+    head.add_row("expected error", describe(p.expected_error))
     head.add_row("tokens/s", f"{p.tokens_per_s:,.0f} ({p.tokens_per_s / job.cluster.num_gpus:,.0f} per GPU)")
     head.add_row("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}")
     head.add_row("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}")
