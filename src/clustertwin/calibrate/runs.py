@@ -529,11 +529,11 @@ def fit_to_profile(fit: RunFit, gpu, files: list[str], cv: list[FoldResult] | No
     ``gpu``: the hardware parameters of its architecture, every framework parameter."""
     from .profile import MeasuredProfile, today
     arch = architecture_of(gpu)
-    hw = fit.hardware_values(arch)
+    hw = {k: _sig(v) for k, v in fit.hardware_values(arch).items()}
     cv_errors = [e for f in cv for e in f.errors] if cv else []
     fitted: dict[str, Any] = {
         "method": FIT_METHOD, "runs": list(files), "n_rows": len(fit.rows), "architecture": arch,
-        "hardware": hw, "framework": fit.framework_values(),
+        "hardware": hw, "framework": {f: {k: _sig(v) for k, v in d.items()} for f, d in fit.framework_values().items()},
         "parameters": [p.to_json() for p in fit.params],
         "error": {"in_sample_mape": fit.mape,
                   **({"cv_mape": float(np.mean(np.abs(cv_errors))), "cv": cv_label(cv)} if cv_errors else {})},
@@ -542,6 +542,10 @@ def fit_to_profile(fit: RunFit, gpu, files: list[str], cv: list[FoldResult] | No
                                                       for k in d})
     return MeasuredProfile(gpu=gpu.name, date=today(), measured=measured, fitted=fitted,
                            source=f"clustertwin calibrate --from-runs {' '.join(files)} ({len(fit.rows)} runs)")
+
+
+def _sig(v: float, digits: int = 4) -> float:
+    return float(f"{v:.{digits}g}")
 
 
 def cv_label(folds: list[FoldResult] | None) -> str:
