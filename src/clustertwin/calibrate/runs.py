@@ -26,6 +26,9 @@ Gaussian prior that holds each parameter at its shipped value where the rows say
 (positive bounds) are fitted in log space, the others linearly. Uncertainty: the standard deviation
 from ``s^2 (J'WJ + prior)^-1`` with ``s^2`` the weighted residual variance.
 
+Weights: every source group weighs the same in total (rows of one source share its systematic error),
+scaled so the mean row weight is 1 (with one source, every row weighs 1).
+
 Speed: pricing a row costs ~2 ms, the graph is built once per row; a fit re-prices only the rows a
 parameter can move for its Jacobian column. A source group with more than ``MAX_ROWS_PER_GROUP`` rows
 (vTrain's 1,440) is subsampled to that many, evenly spaced in file order, for the fit; judging always
@@ -328,17 +331,18 @@ class _Pricer:
 
 
 def subsample(rows: list[FitRow], per_group: int = MAX_ROWS_PER_GROUP) -> list[FitRow]:
-    """At most ``per_group`` rows of each source group, evenly spaced in their order."""
+    """At most ``per_group`` rows of each source group, evenly spaced in their order, weighted so that
+    each group weighs the same in total."""
     by: dict[str, list[FitRow]] = {}
     for r in rows:
         by.setdefault(r.group, []).append(r)
-    out: list[FitRow] = []
+    kept: list[list[FitRow]] = []
     for g, rs in by.items():
-        if len(rs) <= per_group:
-            out += rs
-        else:
-            out += [rs[int(k * len(rs) / per_group)] for k in range(per_group)]
-    return out
+        kept.append(rs if len(rs) <= per_group else [rs[int(k * len(rs) / per_group)] for k in range(per_group)])
+    # every source group weighs the same in total (its rows share one systematic error: a new source is
+    # what cross-validation asks about), scaled so the mean row weight stays 1 against the prior
+    n = sum(len(rs) for rs in kept)
+    return [replace(r, weight=r.weight * n / (len(kept) * len(rs))) for rs in kept for r in rs]
 
 
 def _jacobian(pricer: _Pricer, params: list[FitParam], x: np.ndarray, lt: np.ndarray) -> np.ndarray:
