@@ -119,16 +119,35 @@ def compare(job: JobOptions, repeated: dict,
 
 
 @app.command()
-def validate(file: Path = typer.Argument(..., help="CSV of measured runs in the validation schema"),
+def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs in the validation schema"),
+             cv: Optional[str] = typer.Option(None, "--cv", help="'source': judge each source's rows with a profile "
+                                              "calibrated on the other sources' rows (leave-one-source-out)"),
              as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
-    """Predict every measured run in FILE and report the error per row and the MAPE."""
+    """Predict every measured run in FILES and report the error per row and the MAPE; with --cv source,
+    out of sample."""
+    from .errors import DataError
     from .report.console import print_all, validation_tables
     from .validate import read_runs, validate_rows
-    rep = validate_rows(read_runs(file))
-    if as_json:
-        _emit_json(rep.to_json())
+    rows, names = [], []
+    for f in files:
+        r = read_runs(f)
+        rows += r
+        names += [f.name] * len(r)
+    if cv is None:
+        rep = validate_rows(rows)
+        if as_json:
+            _emit_json(rep.to_json())
+            return
+        print_all(console, validation_tables(rep))
         return
-    print_all(console, validation_tables(rep))
+    if cv.strip().lower() != "source":
+        raise DataError("cv", f"unknown grouping {cv!r}", "use --cv source (leave-one-source-out)")
+    from .validate.compare import cross_validate
+    res = cross_validate(rows, names)
+    if as_json:
+        _emit_json(res.to_json())
+        return
+    print_all(console, validation_tables(res.report, res))
 
 
 # ---- commands of the subpackages: each module defines register(app) ----------------------------

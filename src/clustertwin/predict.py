@@ -106,6 +106,12 @@ class Prediction:
         return {"routing": plan.moe_routing, "placement": plan.moe_placement, "load_factor": factor,
                 "dropped_fraction": dropped, "imbalance_s": self.breakdown_s.get("moe_imbalance", 0.0)}
 
+    @property
+    def expected_error(self) -> dict[str, Any]:
+        """The step-time error band of runs like this one, cross-validated (``calibrate/bands.py``)."""
+        from .calibrate.bands import expected_error
+        return expected_error(self.job.framework, self.job.cluster.gpu, self.job.cluster.num_gpus)
+
     def to_json(self) -> dict[str, Any]:
         mem = {k: float(v) for k, v in self.memory.breakdown_bytes.items()}
         mem["total"] = float(self.memory.total_bytes)
@@ -123,6 +129,7 @@ class Prediction:
             "fits": self.fits,
             "num_microbatches": self.graph.num_microbatches,
             "bubble_fraction": self.step.breakdown_s["bubble"] / self.step_time_s,
+            "expected_error": self.expected_error,
             **({"moe": self.moe_routing()} if self.job.model.is_moe else {}),
             "inputs": {
                 "model": job.model.model_dump(exclude_defaults=False),

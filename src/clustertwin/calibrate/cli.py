@@ -21,14 +21,32 @@ def _catalog_gpu(gpu: Optional[str], device_name: str) -> str:
     return load_gpu(name).name
 
 
-def calibrate(out: Optional[Path] = typer.Option(None, "--out", "-o",
+def calibrate(files: Optional[list[Path]] = typer.Argument(None, help="with --from-runs: CSVs of measured runs "
+                                                                        "(validation schema)", show_default=False),
+              out: Optional[Path] = typer.Option(None, "--out", "-o",
                                                  help="profile file to write [default: profile-<gpu>.yaml]"),
               quick: bool = typer.Option(False, "--quick", help="a coarse grid that finishes in a few minutes"),
-              gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU name [default: from the device name]"),
+              gpu: Optional[str] = typer.Option(None, "--gpu", help="catalog GPU name [default: from the device name; "
+                                                "with --from-runs the most common GPU of the runs]"),
               raw: Optional[Path] = typer.Option(None, "--raw", help="also save the raw timings (JSON)"),
-              quiet: bool = typer.Option(False, "--quiet", help="no progress bar")) -> None:
+              quiet: bool = typer.Option(False, "--quiet", help="no progress bar"),
+              from_runs: bool = typer.Option(False, "--from-runs", help="fit the profile's physical parameters to the "
+                                             "measured step times in FILES instead of measuring this GPU"),
+              cv: bool = typer.Option(True, "--cv/--no-cv", help="with --from-runs: also report the "
+                                      "cross-validated error (leave-one-source-out)"),
+              as_json: bool = typer.Option(False, "--json", help="with --from-runs: print the fit as JSON")) -> None:
     """Measure this GPU (GEMM, attention, memory-bound kernels, AdamW, launch, NCCL under torchrun) and write
-    a versioned hardware profile for `predict --profile`."""
+    a versioned hardware profile for `predict --profile`; or, with --from-runs FILE.csv..., fit a few named
+    parameters of the profile to measured runs (no GPU needed)."""
+    if from_runs or files:
+        from ..errors import DataError
+        if not from_runs:
+            raise DataError("calibrate", "CSV files given without --from-runs",
+                            "use `clustertwin calibrate --from-runs FILE.csv ...`")
+        if not files:
+            raise DataError("from-runs", "no CSV of measured runs given", "use `clustertwin calibrate --from-runs FILE.csv ...`")
+        _calibrate_from_runs(files, out, gpu, cv, as_json)
+        return
     from .microbench import require_cuda, run_all
     torch = require_cuda("calibrate")  # before anything else: the one-line error on a machine without a GPU
     name = _catalog_gpu(gpu, torch.cuda.get_device_name())
@@ -46,6 +64,81 @@ def calibrate(out: Optional[Path] = typer.Option(None, "--out", "-o",
     if raw is not None:
         raw.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     typer.echo(f"wrote {path} ({', '.join(prof.measured)} measured)")
+
+
+def _calibrate_from_runs(files: list[Path], out: Optional[Path], gpu: Optional[str], cv: bool, as_json: bool) -> None:
+    from collections import Counter
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..catalog import load_gpu
+    from ..errors import DataError
+    from ..validate import read_runs
+    from ..validate.compare import fit_rows
+    from .profile import save_profile
+    from .runs import cross_validate_fit, cv_label, fit_runs, fit_to_profile
+    rows, names = [], []
+    for f in files:
+        r = read_runs(f)
+        rows += r
+        names += [f.name] * len(r)
+    fr = fit_rows(rows, names)
+    if not fr:
+        raise DataError("from-runs", "no row with a step time or throughput that makes a job",
+                        "give rows with metric iteration_time_s, tokens_per_s_per_gpu, tflops_per_gpu or mfu")
+    fit = fit_runs(fr)
+    folds = cross_validate_fit(fr) if cv else []
+    spec = load_gpu(gpu) if gpu else Counter(r.job.cluster.gpu.name for r in fr).most_common(1)[0][0]
+    spec = load_gpu(spec) if isinstance(spec, str) else spec
+    prof = fit_to_profile(fit, spec, [f.name for f in files], folds)
+    path = save_profile(prof, out or Path(f"profile-{spec.name}-fitted.yaml"))
+    cv_errors = [e for f in folds for e in f.errors]
+    cv_mape = sum(abs(e) for e in cv_errors) / len(cv_errors) if cv_errors else None
+    if as_json:
+        _json({"schema": 1, "profile": str(path), "gpu": spec.name, "n_rows": len(fit.rows), "n_runs": len(fr),
+               "parameters": [p.to_json() for p in fit.params], "unconstrained": fit.unconstrained,
+               "dropped": fit.dropped, "in_sample_mape": fit.mape, "cv": cv_label(folds) or None, "cv_mape": cv_mape,
+               "folds": [{"held_out": f.group, "n": f.n_rows, "n_train": f.n_train, "mape": f.mape} for f in folds]})
+        return
+    con = Console()
+    t = Table(title=f"fitted to {len(fit.rows)} runs of {len(fr)} ({', '.join(f.name for f in files)})",
+              title_justify="left")
+    t.add_column("parameter", no_wrap=True)
+    for col in ("fitted", "± 1 sd", "shipped"):
+        t.add_column(col, justify="right")
+    t.add_column("bounds", no_wrap=True)
+    t.add_column("")
+    for p in fit.params:
+        q = p.param
+        note = "at bound" if p.at_bound else ""
+        if q.tied:
+            note = (note + "; " if note else "") + f"+{len(q.tied)} tied"
+        t.add_row(q.name, f"{p.value:.4g}", "" if p.sd != p.sd else f"{p.sd:.2g}", f"{q.default:.4g}",
+                  f"[{q.lo:g}, {q.hi:g}]", note)
+    con.print(t)
+    if fit.unconstrained:
+        con.print("not constrained by these runs (kept at the shipped value): " + ", ".join(fit.unconstrained))
+    if fit.dropped:
+        con.print("sensitive but beyond the 12-parameter cap (kept): " + ", ".join(fit.dropped))
+    tied = [f"{p.param.name}: {', '.join(p.param.tied)}" for p in fit.params if p.param.tied]
+    if tied:
+        con.print("tied fields keep their ratio to the fitted one: " + "; ".join(tied))
+    other = sorted({p.param.scope for p in fit.params if p.param.kind == "hardware"} - {prof.fitted["architecture"]})
+    if other:
+        con.print(f"the profile is for {spec.name}: the {', '.join(other)} parameters above are not written "
+                  f"(give --gpu NAME for a profile of another GPU)")
+    con.print(f"in-sample MAPE: {fit.mape * 100:.1f}% over {len(fit.rows)} runs")
+    if folds:
+        per = "; ".join(f"{f.group[:40]} {f.mape * 100:.1f}% (n={f.n_rows})" for f in folds)
+        con.print(f"cross-validated MAPE ({cv_label(folds)}): {cv_mape * 100:.1f}% over {len(cv_errors)} runs: {per}")
+    con.print(f"wrote {path} (for {spec.name} and any {prof.fitted['architecture']} GPU; "
+              f"use it with `clustertwin predict --profile {path}`)")
+
+
+def _json(data) -> None:
+    import sys
+    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
 
 
 def measure(model: str = typer.Option(..., "--model", "-m", help="catalog name or a YAML/JSON/HF config.json file"),

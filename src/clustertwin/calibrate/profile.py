@@ -29,6 +29,18 @@ A profile file (YAML or JSON) holds what ``clustertwin calibrate`` measured on o
     launch_overhead_s: {cpu_dispatch: 5.0e-6, gpu_gap: 1.5e-6}
     nccl:                               # bus bandwidth against message size
       all_reduce: {world: 8, bytes: [...], busbw_gbps: [...]}
+    fitted:                             # version 2: scalars fitted to measured runs (calibrate --from-runs)
+      method: robust least squares on log step time (soft-L1)
+      runs: [runs.csv]                  # the files fitted
+      n_rows: 51
+      architecture: hopper
+      hardware: {gemm_efficiency.bf16: 0.72, attention_fwd_efficiency: 0.70, ...}   # HardwareProfile fields
+      framework: {megatron: {cpu_dispatch_s: 4.0e-6}}                             # FrameworkProfile fields
+      parameters: [{name, value, default, bounds, sd, at_bound}, ...]             # the fit's report
+      error: {in_sample_mape: 0.05, cv_mape: 0.08, cv: leave-one-source-out}
+
+Version 1 files (no ``fitted``) are still read. A profile holding only ``fitted`` scalars (no measured
+tables) applies to any GPU of the architecture it was fitted on; one with tables only to its GPU.
 
 Interpolation (``GridTable``): values are first made monotone non-decreasing along every axis
 (a cumulative max), then interpolated multilinearly in log-space of the sizes. Multilinear
@@ -52,7 +64,8 @@ from ..errors import DataError
 from ..specs.hardware import GPUSpec
 
 SCHEMA = "clustertwin-profile"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READ_VERSIONS = (1, 2)  # version 2 added ``fitted``
 FLOOR = 0.01          # the lowest efficiency a table ever returns
 CEILING = 1.0         # no kernel beats the datasheet peak
 _TOLERANCE = 1.05     # a measured value this far above peak is an error in the file, not a fast GPU
@@ -161,8 +174,13 @@ class MeasuredProfile:
     memory: dict[str, dict[str, list]] = field(default_factory=dict)
     launch_overhead_s: dict[str, float] = field(default_factory=dict)
     nccl: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fitted: dict[str, Any] | None = None    # calibrate --from-runs: scalars fitted to measured runs
     source: str = ""
     path: str = ""
+
+    @property
+    def has_tables(self) -> bool:
+        return bool(self.gemm or self.attention or self.memory or self.nccl)
 
     # ---- derived tables --------------------------------------------------------------------
     def tables(self) -> MeasuredTables:
@@ -204,11 +222,22 @@ class MeasuredProfile:
         busbw = self.nccl_busbw("all_reduce")
         if busbw is not None and self.nccl["all_reduce"].get("intra_node", True):
             updates["nvlink_efficiency"] = min(1.0, busbw / gpu.scaleup_bandwidth_bytes_per_s)
+        if self.fitted:
+            hw = dict(self.fitted.get("hardware") or {})
+            gemm = dict(base.gemm_efficiency)
+            for key in [k for k in hw if k.startswith("gemm_efficiency.")]:
+                gemm[key.split(".", 1)[1]] = hw.pop(key)
+            updates.update(hw, gemm_efficiency=gemm, measured=tuple(self.measured) + ("fitted",),
+                           framework_params={k: dict(v) for k, v in (self.fitted.get("framework") or {}).items()})
+            if not self.source:
+                updates["source"] = (f"fitted to {self.fitted.get('n_rows', '?')} measured runs "
+                                     f"({', '.join(self.fitted.get('runs') or []) or 'unnamed files'})")
         return replace(base, **updates)
 
     # ---- serialisation -----------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"schema": SCHEMA, "version": SCHEMA_VERSION, "gpu": self.gpu,
+        # version 1 where nothing needs version 2: older clustertwins keep reading measured tables
+        d: dict[str, Any] = {"schema": SCHEMA, "version": SCHEMA_VERSION if self.fitted else 1, "gpu": self.gpu,
                              "device_name": self.device_name, "date": self.date, "driver": self.driver,
                              "torch": self.torch, "cuda": self.cuda, "synthetic": self.synthetic,
                              "source": self.source, "measured": list(self.measured),
@@ -216,6 +245,8 @@ class MeasuredProfile:
                              "hbm_bandwidth_bytes_per_s": self.hbm_bandwidth_bytes_per_s, "gemm": self.gemm,
                              "attention": self.attention, "memory": self.memory,
                              "launch_overhead_s": self.launch_overhead_s, "nccl": self.nccl}
+        if self.fitted:
+            d["fitted"] = self.fitted
         return _plain(d)
 
 
@@ -233,6 +264,13 @@ def _plain(x: Any) -> Any:
 
 def check_gpu_matches(p: MeasuredProfile, gpu) -> None:
     from ..catalog import normalize
+    if not p.has_tables and p.fitted:   # fitted scalars only: they hold for the architecture
+        from ..cost.profile import architecture_of
+        arch = p.fitted.get("architecture")
+        if arch and arch != architecture_of(gpu):
+            raise DataError("profile", f"fitted on {arch} GPUs ({p.gpu}), but the job runs on {gpu.name} "
+                            f"({architecture_of(gpu)})", f"calibrate on runs of {gpu.name} or run on {p.gpu}")
+        return
     if normalize(p.gpu) != normalize(gpu.name):
         raise DataError("profile", f"measured on {p.gpu}, but the job runs on {gpu.name}",
                         f"use a profile measured on {gpu.name} or run on {p.gpu}")
@@ -289,9 +327,9 @@ def parse_profile(data: Any, path: str = "") -> MeasuredProfile:
     if data.get("schema") != SCHEMA:
         raise DataError("profile.schema", f"expected {SCHEMA!r}, got {data.get('schema')!r}",
                         "give a profile written by `clustertwin calibrate`")
-    if data.get("version") != SCHEMA_VERSION:
+    if data.get("version") not in READ_VERSIONS:
         raise DataError("profile.version", f"version {data.get('version')!r} is not supported (this clustertwin reads "
-                        f"{SCHEMA_VERSION})", "recalibrate or upgrade clustertwin")
+                        f"{', '.join(map(str, READ_VERSIONS))})", "recalibrate or upgrade clustertwin")
     gpu = data.get("gpu")
     if not isinstance(gpu, str) or not gpu:
         raise _err("gpu", "missing catalog GPU name")
@@ -355,7 +393,52 @@ def parse_profile(data: Any, path: str = "") -> MeasuredProfile:
         p.nccl[str(op)] = {"world": int(_number(e, "world", where + ".")), "bytes": b,
                            "busbw_gbps": _values(e, "busbw_gbps", (len(b),), where, None),
                            "intra_node": bool(e.get("intra_node", True))}
+    if data.get("fitted") is not None:
+        p.fitted = _fitted(data["fitted"])
     return p
+
+
+def _fitted_value(v: Any, where: str, efficiency: bool) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        raise _err(where, "not a number") from None
+    if not math.isfinite(x) or x < 0 or (efficiency and not 0 < x <= CEILING):
+        raise _err(where, f"{v!r} is out of range ({'a fraction in (0, 1]' if efficiency else 'non-negative'})")
+    return x
+
+
+def _fitted(f: Any) -> dict[str, Any]:
+    """Check a ``fitted`` section: known HardwareProfile / FrameworkProfile fields with numbers in range."""
+    from dataclasses import fields as dc_fields
+
+    from ..specs.framework import FrameworkProfile
+    if not isinstance(f, dict):
+        raise _err("fitted", "not a mapping")
+    hw_fields = {x.name for x in dc_fields(HardwareProfile)}
+    fw_fields = {x.name for x in dc_fields(FrameworkProfile)}
+    hw = f.get("hardware") or {}
+    if not isinstance(hw, dict):
+        raise _err("fitted.hardware", "not a mapping of HardwareProfile field to value")
+    out_hw = {}
+    for k, v in hw.items():
+        k = str(k)
+        if k.split(".")[0] not in hw_fields or (k.startswith("gemm_efficiency") and "." not in k):
+            raise _err(f"fitted.hardware.{k}", "not a scalar HardwareProfile field (gemm_efficiency.<dtype>, "
+                       "attention_fwd_efficiency, memory_efficiency, ...)")
+        out_hw[k] = _fitted_value(v, f"fitted.hardware.{k}", k.split(".")[0].endswith("efficiency"))
+    fw = f.get("framework") or {}
+    if not isinstance(fw, dict) or any(not isinstance(v, dict) for v in fw.values()):
+        raise _err("fitted.framework", "not a mapping of framework name to {field: value}")
+    out_fw: dict[str, dict[str, float]] = {}
+    for name, vals in fw.items():
+        for k, v in vals.items():
+            if str(k) not in fw_fields:
+                raise _err(f"fitted.framework.{name}.{k}", "not a FrameworkProfile field")
+            out_fw.setdefault(str(name), {})[str(k)] = _fitted_value(v, f"fitted.framework.{name}.{k}", False)
+    out = {k: v for k, v in f.items() if k not in ("hardware", "framework")}
+    out.update(hardware=out_hw, framework=out_fw)
+    return out
 
 
 def load_profile(path: str | Path) -> MeasuredProfile:

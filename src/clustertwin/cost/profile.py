@@ -14,8 +14,8 @@ Wave quantization: a GEMM whose tiles do not fill whole waves of SMs idles the r
 """
 from __future__ import annotations
 
-from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, Protocol
+from dataclasses import KW_ONLY, dataclass, field, fields, replace
+from typing import Any, Mapping, Protocol, TypeVar
 
 from ..constants import group
 from ..specs.hardware import GPUSpec
@@ -32,6 +32,9 @@ class MeasuredTables(Protocol):
     def attention_efficiency(self, bwd: bool, seq: float, head_dim: float) -> float | None: ...
 
     def memory_table(self, kernel: str) -> Any: ...
+
+
+_F = TypeVar("_F")
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,17 @@ class HardwareProfile:
     measured: tuple[str, ...] = ()       # which entries come from a calibration run
     # measured GEMM/attention/memory tables (calibrate/profile.py); None = the formulas above
     tables: MeasuredTables | None = field(default=None, compare=False, repr=False)
+    # framework figures calibrated together with this hardware (``calibrate --from-runs``): framework
+    # name (FrameworkProfile.name, or "*" for every framework) -> {FrameworkProfile field: value}
+    framework_params: Mapping[str, Mapping[str, float]] = field(default_factory=dict, compare=False)
+
+    def framework(self, fw: _F) -> _F:
+        """``fw`` (a FrameworkProfile) with the figures this profile calibrated for it; ``fw`` itself if none."""
+        name = getattr(fw, "name", "")
+        updates = {**self.framework_params.get("*", {}), **self.framework_params.get(name, {})}
+        known = {f.name for f in fields(fw)}   # type: ignore[arg-type]
+        updates = {k: v for k, v in updates.items() if k in known}
+        return replace(fw, **updates) if updates else fw   # type: ignore[type-var]
 
 
 def _arch_profile(arch: str, **kw: Any) -> HardwareProfile:

@@ -16,7 +16,7 @@ from rich.text import Text
 from ..predict import Prediction
 from ..specs import ClusterSpec, ModelSpec
 from ..units import format_duration, format_si
-from ..validate.compare import ValidationReport
+from ..validate.compare import CrossValidation, ValidationReport
 
 if TYPE_CHECKING:
     from ..reliability.goodput import GoodputEstimate
@@ -234,6 +234,7 @@ def cluster_table(c: ClusterSpec) -> Fit:
 
 
 def prediction_tables(p: Prediction) -> list:
+    from ..calibrate.bands import describe
     job, plan = p.job, p.graph.plan
     title = Text.assemble((f"{job.model.name}", "bold"), f" on {job.cluster.num_gpus:,} x {job.cluster.gpu.name}\n",
                           f"plan {plan.short()} · seq {job.seq_len} · global batch {plan.global_batch}"
@@ -242,6 +243,7 @@ def prediction_tables(p: Prediction) -> list:
     fits = Text.from_markup("[green]fits[/green]" if p.fits else "[red]does NOT fit[/red]")
     head = _fields(None, [
         ("step time", format_duration(p.step_time_s)),
+        ("expected error", describe(p.expected_error)),
         ("tokens/s", f"{p.tokens_per_s:,.0f} ({p.tokens_per_s / job.cluster.num_gpus:,.0f} per GPU)"),
         ("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}"),
         ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}"),
@@ -269,13 +271,32 @@ def prediction_tables(p: Prediction) -> list:
     return [title, head, bd, mem]
 
 
-def validation_tables(rep: ValidationReport) -> list:
-    """`clustertwin validate`: the rows, then the counts and the errors."""
+def validation_tables(rep: ValidationReport, cv: "CrossValidation | None" = None) -> list:
+    """`clustertwin validate`: the rows, then the counts and the errors; with ``cv`` (--cv source) the rows
+    are out of sample, and a table per held-out source and per file follows."""
     by = ", ".join(f"{k} {v * 100:.1f}%" for k, v in rep.mape_by_metric.items())
-    return [validation_table(rep),
-            f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}"
-            + (f", predicted not to fit in GPU memory: {len(rep.not_fitting)}" if rep.not_fitting else ""),
-            f"MAPE: {rep.mape * 100:.1f}% ({by}); max |error|: {rep.max_abs_error * 100:.1f}%"]
+    out: list[Any] = [validation_table(rep),
+                      f"rows: {len(rep.rows)}, predicted: {len(rep.ok_rows)}, failed: {len(rep.failed_rows)}"
+                      + (f", predicted not to fit in GPU memory: {len(rep.not_fitting)}" if rep.not_fitting else ""),
+                      f"MAPE{' (out of sample)' if cv else ''}: {rep.mape * 100:.1f}% ({by}); "
+                      f"max |error|: {rep.max_abs_error * 100:.1f}%"]
+    if cv is None:
+        return out
+    cols = [Col("held-out source", flex="cut"), Col("rows", "right"), Col("fitted on", "right", drop=1),
+            Col("MAPE uncal.", "right", drop=2), Col("MAPE out of sample", "right"), Col("max |error|", "right", drop=1)]
+    rows = [[f.group, str(len(f.report.rows)), str(f.n_train) if f.n_train else f.note,
+             f"{f.default.mape * 100:.1f}%", f"{f.report.mape * 100:.1f}%", f"{f.report.max_abs_error * 100:.1f}%"]
+            for f in cv.folds]
+    out.append(Fit(cols, rows, "leave-one-source-out: each source judged by a profile calibrated on the others"))
+    files = cv.by_file()
+    if len(files) > 1:
+        fcols = [Col("file", flex="cut"), Col("rows", "right"), Col("MAPE uncal.", "right", drop=1),
+                 Col("MAPE out of sample", "right"), Col("max |error|", "right", drop=2)]
+        frows = [[name, str(d["n"]), f"{d['mape_uncalibrated'] * 100:.1f}%", f"{d['mape'] * 100:.1f}%",
+                  f"{d['max_abs_error'] * 100:.1f}%"] for name, d in files.items()]
+        out.append(Fit(fcols, frows, "per file"))
+    out.append(f"MAPE uncalibrated: {cv.default.mape * 100:.1f}%; out of sample: {rep.mape * 100:.1f}%")
+    return out
 
 
 def validation_table(rep: ValidationReport) -> Fit:

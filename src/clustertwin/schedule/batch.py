@@ -291,8 +291,10 @@ class BatchPricer:
         self.plans = plans
         self._key = _shape_key(plans)
         self.model = plans.model
-        self.fw = for_plan(get_framework(plans.framework), SimpleNamespace(precision=plans.precision, **plans.fixed))
         self.profile = profile or default_profile(plans.cluster.gpu)
+        # the framework with what a calibrated profile fitted for it (launch floor, ...)
+        self.fw = for_plan(self.profile.framework(get_framework(plans.framework)),
+                           SimpleNamespace(precision=plans.precision, **plans.fixed))
         self.network = NetworkPricer(plans.cluster, self.profile)
         self.kernel = plans.fixed.get("attention_kernel") or self.fw.attention_kernel
         self.etp = plans.fixed.get("etp")
