@@ -1,13 +1,19 @@
 """Print the per-row validation table as Markdown (for docs/validation.md).
 
 Run: python benchmarks/validation_table.py data/validation/public_runs.csv [more.csv ...]
+     python benchmarks/validation_table.py --write docs/validation.md   # rewrite its tables in place
 """
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
-from clustertwin.errors import ClusterTwinError
+from clustertwin.errors import ClusterTwinError, DataError
 from clustertwin.validate import ValidationReport, read_runs, validate_rows
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def summary(rep: ValidationReport) -> str:
@@ -19,28 +25,71 @@ def summary(rep: ValidationReport) -> str:
             f"within 20%: {sum(abs(r.error) <= 0.20 for r in rep.ok_rows)}")
 
 
+def table(rep: ValidationReport) -> list[str]:
+    """The Markdown rows of one file's table (header included)."""
+    out = ["| run | plan | measured | predicted | error | largest parts of the predicted step |",
+           "|---|---|---:|---:|---:|---|"]
+    for r in rep.rows:
+        if r.error is None:
+            out.append(f"| {r.run_id} | | {r.measured:.4g} | failed | | {r.reason} |")
+            continue
+        p = r.prediction
+        parts = sorted(p.breakdown_s.items(), key=lambda kv: -kv[1])[:3]
+        top = ", ".join(f"{k} {v / p.step_time_s * 100:.0f}%" for k, v in parts if v > 0)
+        fit = "" if r.fits is not False else " (does not fit)"
+        out.append(f"| {r.run_id} | {p.graph.plan.short()} | {r.measured:.4g} | {r.predicted:.4g}{fit} | "
+                   f"{r.error * 100:+.1f}% | {top} |")
+    return out
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         rep = validate_rows(read_runs(path))
         print(f"### {path.split('/')[-1]}\n")
-        print("| run | plan | measured | predicted | error | largest parts of the predicted step |")
-        print("|---|---|---:|---:|---:|---|")
-        for r in rep.rows:
-            if r.error is None:
-                print(f"| {r.run_id} | | {r.measured:.4g} | failed | | {r.reason} |")
-                continue
-            p = r.prediction
-            parts = sorted(p.breakdown_s.items(), key=lambda kv: -kv[1])[:3]
-            top = ", ".join(f"{k} {v / p.step_time_s * 100:.0f}%" for k, v in parts if v > 0)
-            print(f"| {r.run_id} | {p.graph.plan.short()} | {r.measured:.4g} | {r.predicted:.4g} | "
-                  f"{r.error * 100:+.1f}% | {top} |")
+        print("\n".join(table(rep)))
         print(f"\n{summary(rep)}\n")
 
 
+def write(doc: Path) -> None:
+    """Rewrite, in ``doc``, each section's table and summary line of a data file the section's heading
+    names ("## ... (data/validation/<file>.csv)"): the table starting "| run | plan |" and the
+    "rows N, ..." line after it."""
+    lines = doc.read_text(encoding="utf-8").split("\n")
+    out: list[str] = []
+    i = 0
+    current: Path | None = None
+    while i < len(lines):
+        line = lines[i]
+        m = re.match(r"^## .*\((data/validation/[\w.-]+\.csv)\)", line)
+        if m:
+            current = ROOT / m.group(1)
+        if current is not None and line.startswith("| run | plan |"):
+            rep = validate_rows(read_runs(current))
+            out += table(rep)
+            i += 1
+            while i < len(lines) and lines[i].startswith("|"):
+                i += 1
+            while i < len(lines) and not lines[i].startswith("rows "):
+                out.append(lines[i])
+                i += 1
+            out.append(summary(rep))
+            i += 1
+            current = None
+            continue
+        out.append(line)
+        i += 1
+    doc.write_text("\n".join(out), encoding="utf-8")
+
+
 def run(argv: list[str]) -> int:
-    """main, with a user's mistake (a missing or malformed file) as one line and exit code 2."""
+    """main (or ``--write DOC``), with a user's mistake (a missing or malformed file) as one line and exit 2."""
     try:
-        main(argv or ["data/validation/public_runs.csv"])
+        if argv[:1] == ["--write"]:
+            if len(argv) != 2:
+                raise DataError("--write", "needs the document to rewrite", "e.g. --write docs/validation.md")
+            write(Path(argv[1]))
+        else:
+            main(argv or ["data/validation/public_runs.csv"])
     except ClusterTwinError as e:
         sys.stderr.write(f"error: {e.one_line()}\n")
         return 2
