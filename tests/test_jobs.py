@@ -220,3 +220,16 @@ def test_profile_prices_the_same_in_every_command(capsys, tmp_path):
     assert code == 0, err
     code, out2, err = run(capsys, "sim", *SMALL, "--profile", prof, "--json")
     assert json.loads(out)["step_time_s"] == json.loads(out2)["step_time_s"]
+
+
+def test_python_predict_without_arguments_is_the_commands_default_job(capsys) -> None:
+    """clustertwin.predict() and `clustertwin predict` describe the same default job."""
+    import json
+
+    import clustertwin
+    from clustertwin.cli import main
+    r = clustertwin.predict()
+    assert main(["predict", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["step_time_s"] == r.step_time_s
+    assert out["inputs"]["plan"]["global_batch"] == r.job.plan.global_batch == 256

@@ -343,3 +343,20 @@ def test_tp_straddling_nodes_rejected() -> None:
     m = ModelSpec(num_layers=4, hidden_size=384, num_heads=12, ffn_hidden_size=1536, vocab_size=100, max_seq_len=512)
     with pytest.raises(PlanError):
         check_plan(m, cluster_for_gpu("h100-sxm", 24), make_plan(tp=3), 512)  # TP group {6,7,8} spans 2 nodes
+
+
+def test_search_plan_text_reads_back_as_the_same_plan() -> None:
+    """What search prints (plan_text, overlaps as ovl=...) is a --plan: pasted back, it predicts the same."""
+    from clustertwin.predict import predict_job
+    from clustertwin.search import search
+    from clustertwin.search.tuner import plan_text
+    from clustertwin.specs import make_job
+    r = search("gpt3-1.3b", gpu="a100-80gb", num_gpus=16, global_batch=64, seq_len=2048, top=5, pareto_points=1)
+    for rp in r.plans:
+        pred = rp.prediction
+        again = parse_plan(plan_text(pred), global_batch=64, precision=pred.job.plan.precision)
+        job = make_job(pred.job.model, pred.job.cluster, again, 2048, pred.job.framework)
+        assert predict_job(job).step_time_s == pred.step_time_s
+    assert parse_plan("tp=2,ovl=none").overlap_dp_comm is False
+    with pytest.raises(PlanError, match="ovl"):
+        parse_plan("tp=2,ovl=dp+xx")

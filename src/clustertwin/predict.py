@@ -16,7 +16,8 @@ from typing import Any
 
 from .cost.profile import HardwareProfile
 from .jobs import (DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_MICRO_BATCH, DEFAULT_MODEL,  # noqa: F401 (re-exported)
-                   DEFAULT_NUM_GPUS, DEFAULT_PLAN, DEFAULT_SEQ_LEN, make_training_job, resolve_cluster)
+                   DEFAULT_NUM_GPUS, DEFAULT_PLAN, DEFAULT_SEQ_LEN, JobOptions, job_from_options,
+                   make_training_job, resolve_cluster)
 from .schedule.batch import price_plan
 from .schedule.memory import MemoryEstimate
 from .schedule.step import StepEstimate
@@ -168,15 +169,18 @@ def predict_job(job: TrainingJob, profile: HardwareProfile | str | Path | None =
     return Prediction(job, graph, step, memory)
 
 
-def predict(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str | None = None, num_gpus: int | None = None,
+def predict(model: str | Path | ModelSpec | None = None, *, gpu: str | None = None, num_gpus: int | None = None,
             cluster: str | ClusterSpec | None = None, gpus_per_node: int | None = None,
             plan: str | Plan | None = None, micro_batch: int | None = None, global_batch: int | None = None,
             seq_len: int | None = None, precision: str | None = None, framework: str = "megatron",
             profile: HardwareProfile | str | Path | None = None) -> Prediction:
-    """Predict one training iteration. Every argument has a default (Llama 3 8B on 64 H100s).
-    ``profile``: a HardwareProfile or a measured profile file; default: the GPU's shipped profile,
-    else its architecture's defaults."""
-    job = make_training_job(model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
-                            plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                            precision=precision, framework=framework)
+    """Predict one training iteration. Every argument has a default: with no model, plan, cluster,
+    GPU or GPU count given it is the built-in default job that `clustertwin predict` runs (Llama 3 8B
+    on 64 H100s, clustertwin.jobs); otherwise the model defaults to Llama 3 8B and the rest to what
+    the job implies. ``profile``: a HardwareProfile or a measured profile file; default: the GPU's
+    shipped profile, else its architecture's defaults."""
+    job = job_from_options(JobOptions(model=model, gpu=gpu, num_gpus=num_gpus, cluster=cluster,
+                                      gpus_per_node=gpus_per_node, plan=plan, micro_batch=micro_batch,
+                                      global_batch=global_batch, seq_len=seq_len, precision=precision,
+                                      framework=framework))
     return predict_job(job, profile)

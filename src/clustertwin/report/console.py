@@ -370,22 +370,35 @@ def search_tables(r: "SearchResult") -> list:
     out.append(f"[bold]bottleneck of #1:[/bold] {r.plans[0].bottleneck}")
     if len(r.pareto) > 1:
         price = r.gpu_hour_price
+        # with tokens to train, each GPU count's whole run: the trade-off of time against money
+        whole = any(q.plan is not None and q.plan.time_to_train_s is not None for q in r.pareto)
         pcols = [Col("GPUs", "right"), Col("best plan", flex="wrap"), Col("step", "right"),
-                 Col("GPU-h\n/step", "right")] + ([Col("cost\n/step", "right")] if price else []) \
+                 Col("GPU-h\n/step", "right", drop=2 if whole else 0)] \
+            + ([Col("cost\n/step", "right", drop=2 if whole else 0)] if price else []) \
+            + ([Col("time to\ntrain", "right")] if whole else []) \
+            + ([Col("run\ncost", "right")] if whole and price else []) \
             + [Col("MFU", "right", drop=1), Col("front", "right")]
         prows: list[list[Any]] = []
         for q in r.pareto:
             if q.plan is None:
-                prows.append([f"{q.num_gpus:,}", "nothing fits", "", "", *([""] if price else []), "", ""])
+                prows.append([f"{q.num_gpus:,}", "nothing fits", "", "", *([""] if price else []),
+                              *([""] if whole else []), *([""] if whole and price else []), "", ""])
                 continue
             pred = q.plan.prediction
             row = [f"{q.num_gpus:,}", plan_cell(plan_text(pred)), format_duration(pred.step_time_s),
                    f"{q.gpu_hours_per_step:,.3g}"]
             if price:
                 row.append(f"${q.cost_per_step_usd(price):,.2f}")
+            if whole:
+                t = q.plan.time_to_train_s
+                row.append(format_duration(t) if t is not None else "")
+                if price:
+                    c = q.plan.cost_usd
+                    row.append(f"${c:,.0f}" if c is not None else "")
             row += [f"{pred.mfu * 100:.1f}%", "yes" if q.on_front else "no"]
             prows.append(row)
-        out.append(Fit(pcols, prows, "Pareto: step time against GPUs",
+        out.append(Fit(pcols, prows, "Pareto: step time against GPUs" + (" (and the whole run: time against money)"
+                                                                          if whole else ""),
                        caption="GPU-hours per step is the cost at any price"))
     return out
 

@@ -194,6 +194,9 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             if flag:
                 fields["zero_stage"] = 3
             continue
+        if key.lower() in ("ovl", "overlap"):  # search's plan text: the overlaps on, the rest off
+            fields.update(_overlaps(value, field))
+            continue
         key = _ALIASES.get(key.lower(), key.lower())
         if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype"):
             value = value.lower()
@@ -205,6 +208,21 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
         fields[key] = value
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return make_plan(**fields)
+
+
+_OVERLAPS = {"dp": "overlap_dp_comm", "pg": "overlap_param_gather", "tp": "overlap_tp_comm", "pp": "overlap_pp_comm"}
+
+
+def _overlaps(value: str, field: str) -> dict[str, bool]:
+    """``ovl=dp+pg+tp+pp`` (what search prints): the overlaps named are on, the others off; ``ovl=none``."""
+    names = [v.strip().lower() for v in value.split("+") if v.strip()]
+    if names == ["none"]:
+        names = []
+    bad = [n for n in names if n not in _OVERLAPS]
+    if bad:
+        raise PlanError(f"{field}.ovl", f"unknown overlap {bad[0]!r}",
+                        "write ovl= with dp, pg, tp, pp joined by +, e.g. ovl=dp+pg, or ovl=none")
+    return {flag: short in names for short, flag in _OVERLAPS.items()}
 
 
 def make_plan(**fields) -> Plan:
