@@ -258,3 +258,11 @@ def test_doctests() -> None:
 
     import clustertwin.report.data as mod
     assert doctest.testmod(mod).failed == 0
+
+
+def test_a_plan_that_does_not_fit_has_no_goodput() -> None:
+    """The report of a plan that cannot run says so where its time to train would be."""
+    from clustertwin.report.data import build_report
+    d = build_report("llama3-70b", gpu="h100-sxm", num_gpus=8, plan="tp=1,dp=8,zero=0", micro_batch=1,
+                     global_batch=8, seq_len=4096, tokens="1T", search=False)
+    assert "does not fit" in d["goodput"]["error"] and "sweep" not in d["goodput"]

@@ -368,6 +368,11 @@ def _goodput(pred, tokens: float, tokens_source: str, options: dict | None) -> d
     out = est.to_json()
     out.pop("schema", None)
     out["tokens_source"] = tokens_source
+    if not pred.fits:
+        out["error"] = (f"the plan does not fit: {pred.memory.total_bytes / 2**30:.1f} GiB of "
+                        f"{pred.memory.capacity_bytes / 2**30:.0f} GiB per GPU (stage {pred.memory.critical_stage}), "
+                        "so it cannot run and has no time to train")
+        return out
     if not est.feasible:
         out["error"] = (f"the run never finishes: failures every {_dur(est.mtbf_s)} against a "
                         f"{_dur(est.restart.mean_s)} restart")
