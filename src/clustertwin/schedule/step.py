@@ -122,6 +122,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     (on its own stream) proceeds as well."""
     attn_time = 0.0
     cp_time = 0.0
+    compute = 0.0
     stream = []   # (host, GPU, on the compute stream) per op, for the host-bound floor
     for op, rep in ops:
         t = pricer.time(op) * rep
@@ -148,19 +149,14 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             continue
         if op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
             attn_time += t
-        if phase == Phase.FWD:
-            st.fwd_s += t
-        elif phase == Phase.BWD:
-            st.bwd_s += t
-        else:
-            st.recompute_s += t
+        compute += t
     idle = host_idle(stream)   # where the host issues slower than the GPU runs, the GPU waits
     if phase == Phase.FWD:
-        st.fwd_s += idle
+        st.fwd_s += compute + idle
     elif phase == Phase.BWD:
-        st.bwd_s += idle
+        st.bwd_s += compute + idle
     else:
-        st.recompute_s += idle
+        st.recompute_s += compute + idle
     return cp_time, attn_time + idle
 
 
