@@ -266,6 +266,33 @@ _HOST: list[Constant] = [
              "assumed: a plain PyTorch training loop's per-micro-batch Python (batch to device, loss, "
              "backward call), ~30 aten-call equivalents (" + _ATEN_OP + "), not measured",
              "step time: host time per micro-batch outside the layers (breakdown 'other')"),
+    Constant("host.kernel_gap_s", 1e-6, "s",
+             "assumed: ~1 us between back-to-back kernels of one stream on a busy queue (launch latency the "
+             "queue hides only partly); not measured here",
+             "compute time: added to every kernel of fused stacks (Megatron, NeMo, DeepSpeed, compiled PyTorch)"),
+    Constant("host.kernel_gap_torchtitan_s", 1.5e-6, "s",
+             "assumed: between the fused stacks' and eager PyTorch's gap (torchtitan runs eager blocks under FSDP2 "
+             "hooks); not measured here",
+             "compute time: added to every kernel of torchtitan"),
+    Constant("host.kernel_gap_eager_s", 2e-6, "s",
+             "assumed: twice the fused stacks' gap for eager PyTorch's short, dependent elementwise kernels; not "
+             "measured here",
+             "compute time: added to every kernel of eager PyTorch"),
+    Constant("memory.base_bytes", 1.5e9, "bytes",
+             "assumed: CUDA context (~0.5 GB), cuBLAS/cuDNN/Transformer Engine workspaces and NCCL buffers of a "
+             "Megatron-style stack (~1 GB); no measurement at hand",
+             "memory: 'other' of every rank (Megatron, NeMo, DeepSpeed, torchtitan)"),
+    Constant("memory.base_bytes_plain_torch", 0.6e9, "bytes",
+             "assumed: CUDA context and cuBLAS workspace of plain PyTorch without Transformer Engine or large NCCL "
+             "buffers; no measurement at hand",
+             "memory: 'other' of every rank (pytorch-eager, pytorch-compile)"),
+    Constant("memory.allocator_overhead", 0.05, "fraction",
+             "assumed: fragmentation of PyTorch's caching allocator under the varied tensor sizes of pipeline and "
+             "TP stacks, a fraction of the tensors held; no measurement at hand",
+             "memory: 'other' += this x (activations + weights + gradients)"),
+    Constant("memory.allocator_overhead_plain_torch", 0.03, "fraction",
+             "assumed: less fragmentation for one model replica without pipeline buffers; no measurement at hand",
+             "memory: 'other' += this x (activations + weights + gradients), plain PyTorch"),
 ]
 
 _ALIGN = ("NVIDIA Matrix Multiplication Background guide (DU-09799-001) Sec. 2.2, Tensor Core requirements: "

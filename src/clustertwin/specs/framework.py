@@ -67,7 +67,7 @@ class FrameworkProfile:
     # least the host time of issuing its kernels, forward (and recomputation) and backward apart
     cpu_dispatch_s: float = value("host.megatron_forward_per_kernel_s")
     backward_dispatch_s: float = value("host.backward_per_kernel_s")
-    kernel_gap_s: float = 1e-6             # GPU idle between consecutive kernels
+    kernel_gap_s: float = value("host.kernel_gap_s")  # GPU idle between consecutive kernels
     microbatch_overhead_s: float = value("host.megatron_microbatch_overhead_s")  # per micro-batch and stage
     fused_norm: bool = True                # one norm kernel (apex/TE/Inductor); False: eager composite in fp32
     vocab_pad_multiple: int = 1            # the vocabulary is padded to a multiple of this x tp (Megatron: 128)
@@ -75,8 +75,8 @@ class FrameworkProfile:
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
     overlap_pp_comm: bool = True
-    base_memory_bytes: float = 1.5e9       # CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers
-    allocator_overhead: float = 0.05       # fragmentation of the caching allocator, fraction of tensors
+    base_memory_bytes: float = value("memory.base_bytes")  # CUDA context, library workspaces, NCCL buffers
+    allocator_overhead: float = value("memory.allocator_overhead")  # caching allocator fragmentation
     # True: 16-bit weights, fp32 master + Adam moments in the optimizer (Megatron, DeepSpeed: 2 + g + 12
     # bytes/param). False: fp32 weights used through autocast, Adam moments only (PyTorch AMP, FSDP2
     # with fp32 sharded params: 4 + 4 + 8 bytes/param, plus a 16-bit copy of the weights in use).
@@ -98,6 +98,12 @@ class FrameworkProfile:
     family: str = ""
     released: str = ""
 
+
+# constants of clustertwin.constants the profiles below share
+_GAP, _GAP_TITAN, _GAP_EAGER = (value("host.kernel_gap_s"), value("host.kernel_gap_torchtitan_s"),
+                                value("host.kernel_gap_eager_s"))
+_BASE_TORCH = value("memory.base_bytes_plain_torch")
+_ALLOC_TORCH = value("memory.allocator_overhead_plain_torch")
 
 _DEEPSPEED_CAPS = Capabilities(sharded_grads_with_pp=False, interleaved_pp=False, context_parallel=False,
                                expert_tp_any=False)
@@ -202,14 +208,14 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
-                     kernel_gap_s=1.5e-6, master_in_optimizer=False,
+                     kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
                      backward_dispatch_s=value("host.compiled_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
-                     kernel_gap_s=1.5e-6, master_in_optimizer=False,
+                     kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
 )
@@ -232,7 +238,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
     FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False, fused_rope=False, fused_norm=False,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
-                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=1.5e-6,
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
                      master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
                      fsdp_unsharded_with_pp=True, capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
@@ -241,14 +247,15 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
-                     kernel_gap_s=2e-6, base_memory_bytes=0.6e9, allocator_overhead=0.03,
+                     kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH,
+                     allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False), family="pytorch"),
     FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=True, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
                      backward_dispatch_s=value("host.compiled_per_kernel_s"),
-                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=1e-6,
-                     base_memory_bytes=0.6e9, allocator_overhead=0.03,
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP,
+                     base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
                      capabilities=Capabilities(expert_parallel=False), family="pytorch"),
 )
