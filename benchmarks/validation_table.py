@@ -54,6 +54,8 @@ def write(doc: Path) -> None:
     """Rewrite, in ``doc``, each section's table and summary line of a data file the section's heading
     names ("## ... (data/validation/<file>.csv)"): the table starting "| run | plan |" and the
     "rows N, ..." line after it."""
+    if not doc.is_file():
+        raise DataError("--write", f"{str(doc)!r} not found", "give the document to rewrite, e.g. docs/validation.md")
     lines = doc.read_text(encoding="utf-8").split("\n")
     out: list[str] = []
     i = 0

@@ -145,6 +145,10 @@ def test_validation_table_script_with_a_missing_file_is_one_line(capsys) -> None
     spec.loader.exec_module(mod)
     code = mod.run(["no/such/runs.csv"])
     refused(code, capsys.readouterr().err, "file", "not found")
+    code = mod.run(["--write", "no/such/doc.md"])
+    refused(code, capsys.readouterr().err, "--write", "not found")
+    code = mod.run(["--write"])
+    refused(code, capsys.readouterr().err, "--write", "needs the document")
 
 
 # ---- sweep specs: checked before the first cell --------------------------------------------------------
@@ -311,3 +315,19 @@ def test_docs_list_every_field_of_the_hardware_specs() -> None:
     for cls in (GPUSpec, NodeSpec, ClusterSpec):
         for name in cls.model_fields:
             assert f"| `{name}` |" in text, name
+
+
+def test_validation_table_write_rewrites_a_sections_table_in_place(tmp_path) -> None:
+    """--write replaces the table and summary line under a heading naming a data file, and keeps the prose."""
+    spec = importlib.util.spec_from_file_location("validation_table", ROOT / "benchmarks" / "validation_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    doc = tmp_path / "v.md"
+    doc.write_text("# V\n\n## Llama (data/validation/dense_public_runs.csv)\n\nprose stays\n\n"
+                   "| run | plan | measured | predicted | error | largest parts of the predicted step |\n"
+                   "|---|---|---:|---:|---:|---|\n| stale | | 1 | 2 | +100% | |\n\nrows stale\n\nafter\n", encoding="utf-8")
+    assert mod.run(["--write", str(doc)]) == 0
+    text = doc.read_text(encoding="utf-8")
+    assert "stale" not in text and "prose stays" in text and text.endswith("after\n")
+    assert "| llama3-paper-405b-h100-8192gpu-seq8k |" in text and "\nrows 6, predicted 6, failed 0;" in text
