@@ -1,0 +1,104 @@
+"""Engine profiles: what vLLM, SGLang and TensorRT-LLM do by default, each figure with its source or
+"assumed: why". A profile is data; the simulation (``serve.sim``) and the memory plan
+(``serve.workload``) read it.
+
+>>> get_engine("vllm").block_size, get_engine("vllm").memory_fraction
+(16, 0.9)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..errors import SpecError
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """The defaults of one serving engine that decide batching, KV-cache capacity and overhead.
+
+    ``memory_basis``: what ``memory_fraction`` is a fraction of. ``total`` (vLLM
+    ``gpu_memory_utilization``: the engine may use this share of the GPU for weights, activations and
+    the KV cache together), ``free`` (TensorRT-LLM ``free_gpu_memory_fraction``: the KV cache takes this
+    share of what is free after weights and buffers), ``static`` (SGLang ``mem_fraction_static``:
+    weights and the KV pool take this share; activations live in the rest).
+    """
+
+    name: str
+    block_size: int                 # KV-cache page, tokens
+    memory_fraction: float
+    memory_basis: str               # total | free | static
+    max_num_seqs: int               # running requests at most
+    max_num_batched_tokens: int     # tokens one iteration schedules at most (prefill chunk budget)
+    chunked_prefill: bool
+    cuda_graph_max_batch: int       # decode batches up to this size replay a CUDA graph
+    step_overhead_s: float          # host time per iteration the GPU waits for (schedule, sample, detokenize)
+    non_torch_bytes: float          # CUDA context, NCCL buffers, CUDA graphs: memory outside weights/activations/KV
+    sources: tuple[str, ...] = ()
+
+    def with_overrides(self, **kw: object) -> "EngineProfile":
+        return replace(self, **{k: v for k, v in kw.items() if v is not None})  # type: ignore[arg-type]
+
+
+_GIB = 1024.0 ** 3
+
+ENGINES: dict[str, EngineProfile] = {
+    "vllm": EngineProfile(
+        "vllm", block_size=16, memory_fraction=0.9, memory_basis="total", max_num_seqs=256,
+        max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=512,
+        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB,
+        sources=(
+            "block_size 16: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (docs.vllm.ai/en/stable/api/vllm/config/cache/)",
+            "gpu_memory_utilization 0.9: vLLM engine arguments (docs.vllm.ai, engine_args; 0.92 in the newest "
+            "releases)",
+            "max_num_seqs 256: vLLM engine arguments default (V0 and V1 below 70 GiB GPUs; V1 raises it on large "
+            "GPUs: assumed 256 as the documented default)",
+            "max_num_batched_tokens 8192 with chunked prefill: vLLM V1 default for the OpenAI server on GPUs of "
+            "70 GiB or more (vllm/engine/arg_utils.py, _set_default_args_v1; recalled, not re-checked here)",
+            "cuda_graph_max_batch 512: vLLM CompilationConfig max_capture_size default (recalled; assumed)",
+            "step_overhead 1.5 ms: assumed: the scheduler, sampler and detokenizer of vLLM V1 run on the host "
+            "between iterations, partly overlapped; a few ms were measured for V0 (vLLM blog, 2024-09-05 "
+            "'vLLM v0.6.0: 2.7x throughput', which cut it by overlapping); no per-step figure for V1 found",
+            "non_torch 2 GiB: assumed: CUDA context, NCCL buffers and captured CUDA graphs, as vLLM's startup log "
+            "reports them (order of 1-3 GiB); not a published constant",
+        )),
+    "sglang": EngineProfile(
+        "sglang", block_size=1, memory_fraction=0.88, memory_basis="static", max_num_seqs=1024,
+        max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=160,
+        step_overhead_s=0.5e-3, non_torch_bytes=1.5 * _GIB,
+        sources=(
+            "page_size 1: SGLang server arguments default (docs.sglang.ai, server_args)",
+            "mem_fraction_static 0.88: SGLang ServerArgs default for a single GPU of 80 GB class (sglang "
+            "server_args.py picks 0.79-0.88 by tp size and GPU memory; recalled, assumed for tp=1)",
+            "chunked_prefill_size 8192: SGLang default on 80 GB class GPUs (server_args.py; recalled)",
+            "max_running_requests: derived by SGLang from the KV pool; assumed 1024 as a cap",
+            "cuda_graph_max_bs 160: SGLang default on H100-class GPUs (server_args.py; recalled, assumed)",
+            "step_overhead 0.5 ms: assumed: SGLang's overlap scheduler runs the CPU work of the next batch "
+            "while the GPU runs this one ('zero-overhead batch scheduler', SGLang v0.4 blog, lmsys.org "
+            "2024-12-04); the residue is a guess",
+        )),
+    "trtllm": EngineProfile(
+        "trtllm", block_size=32, memory_fraction=0.9, memory_basis="free", max_num_seqs=256,
+        max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=256,
+        step_overhead_s=0.4e-3, non_torch_bytes=1.5 * _GIB,
+        sources=(
+            "tokens_per_block 32: TensorRT-LLM KvCacheConfig default "
+            "(nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCacheConfig.html)",
+            "free_gpu_memory_fraction 0.9 of the memory free after weights and buffers: same page and "
+            "nvidia.github.io/TensorRT-LLM/examples/kvcacheconfig.html",
+            "max_batch_size 256, max_num_tokens 8192: trtllm-serve defaults (TensorRT-LLM trtllm-serve docs)",
+            "enable_chunked_context: assumed on (trtllm-serve pytorch backend)",
+            "cuda_graph batch 256: assumed: graphs captured up to max_batch_size",
+            "step_overhead 0.4 ms: assumed: C++ batch manager with overlapped scheduling; a guess",
+        )),
+}
+
+
+def get_engine(name: str) -> EngineProfile:
+    key = (name or "").strip().lower().replace("-", "").replace("_", "")
+    key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
+    if key not in ENGINES:
+        raise SpecError("engine", f"unknown engine {name!r}", f"use one of {', '.join(ENGINES)}")
+    return ENGINES[key]
+
+
+__all__ = ["EngineProfile", "ENGINES", "get_engine"]

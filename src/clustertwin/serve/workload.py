@@ -1,0 +1,481 @@
+"""The serving workload: a prefill pass and a decode step of a model on one replica, priced with the
+training side's GEMM, attention and memory-bound pricing (``cost.compute``) and NCCL collective
+pricing (``cost.network``), and the memory plan that gives the KV cache its capacity.
+
+One *iteration* of a continuous-batching engine runs some prefill chunks and some decode tokens
+together: every GEMM sees all the iteration's tokens at once (weights read once per step), the
+attention of each prefill chunk is causal over its prompt (compute-bound), and each decode token
+reads its sequence's whole KV cache (memory-bound). Per GPU of a replica of tp x pp GPUs:
+
+* weights: every matrix split over tp (column/row parallel as Megatron and vLLM split them); KV heads
+  fewer than tp are replicated (vLLM); MLA's latent cache and its down-projections are replicated;
+  routed experts split over ep ranks and each expert over tp/ep. Embedding and output head stay 16-bit.
+* precision: ``bf16``/``fp16``; ``fp8`` (weights and GEMMs in FP8, at the FP8 peak); ``int4-awq``
+  (weight-only: 4-bit weights with an fp16 scale and a 4-bit zero per group of 128, AutoAWQ's
+  q_group_size=128 default; GEMMs stay 16-bit); ``nvfp4`` (4-bit weights, an FP8 scale per 16,
+  NVIDIA's NVFP4 format; GEMMs at the FP4 peak where the GPU has one).
+* a pipeline of pp stages runs min(pp, sequences) micro-batches in flight (vLLM's virtual engines):
+  an iteration advances every sequence one step and takes the time of the whole model at 1/m of the
+  batch, plus pp-1 activation sends.
+* MoE: the experts a batch touches are read (E (1 - (1 - k/E)^t) of E for t tokens, uniform routing),
+  each with its share of the tokens; TP all-reduces after attention and MLP, EP all-to-all dispatch and
+  combine instead of the MLP all-reduce when ep > 1.
+
+>>> from clustertwin.catalog import load_model, cluster_for_gpu
+>>> from clustertwin.serve.engines import get_engine
+>>> s = ServeSetup(load_model("llama3-8b"), cluster_for_gpu("h100-sxm", 1), engine=get_engine("vllm"))
+>>> round(s.weight_bytes_per_gpu / 1e9, 1)
+16.1
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from ..constants import value
+from ..cost.compute import ComputePricer
+from ..cost.network import NetworkPricer
+from ..cost.profile import HardwareProfile
+from ..errors import PlanError, SpecError
+from ..parallel.layout import GroupPlacement, place_group
+from ..specs.hardware import ClusterSpec
+from ..specs.model import ModelSpec
+from ..workload.ops import Op, OpKind, Phase
+from .engines import EngineProfile
+
+# precision -> (bytes per weight, GEMM dtype)
+PRECISIONS: dict[str, tuple[float, str]] = {
+    "bf16": (2.0, "bf16"),
+    "fp16": (2.0, "fp16"),
+    "fp8": (1.0, "fp8"),
+    # AutoAWQ (casper-hansen/AutoAWQ) default q_group_size 128: fp16 scale + 4-bit zero per 128 weights
+    "int4-awq": (0.5 + 2.5 / 128, "bf16"),
+    # NVFP4 (NVIDIA Blackwell): one FP8 (E4M3) scale per block of 16 FP4 values
+    "nvfp4": (0.5 + 1.0 / 16, "fp4"),
+}
+KV_DTYPES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+ACT_BYTES = 2.0   # activations stay 16-bit
+# kernels one transformer layer launches in a serving engine (qkv, rope, cache write, attention, o,
+# all-reduce, two norms with residual, up, activation, down, all-reduce): assumed 12; MoE layers add
+# the router, top-k, permute, grouped GEMMs and unpermute: assumed 8 more
+KERNELS_PER_LAYER = 12
+KERNELS_PER_MOE_LAYER = 8
+_GAP = value("host.kernel_gap_s")                    # GPU idle between kernels on a busy queue
+_EAGER_DISPATCH = value("host.compiled_per_kernel_s")  # host time per kernel outside a CUDA graph
+
+
+def parse_serve_plan(text: str | None) -> dict[str, int]:
+    """``"tp=8,pp=1,ep=1,dp=1"`` as a dict (missing fields 1). One line error on anything else."""
+    out = {"tp": 1, "pp": 1, "ep": 1, "dp": 0}
+    if not text or not text.strip():
+        return out
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise PlanError("plan", f"{part!r} is not key=value", 'write e.g. --plan "tp=8,pp=1,ep=1,dp=1"')
+        k, v = (x.strip().lower() for x in part.split("=", 1))
+        if k not in out:
+            raise PlanError("plan", f"unknown field {k!r} for serving", "use tp, pp, ep and dp")
+        try:
+            n = int(v)
+        except ValueError:
+            raise PlanError(f"plan.{k}", f"{v!r} is not an integer", 'write e.g. "tp=8"') from None
+        if n < 1:
+            raise PlanError(f"plan.{k}", f"{n} must be at least 1", "use a positive size")
+        out[k] = n
+    return out
+
+
+@dataclass(frozen=True)
+class StepCost:
+    """One iteration's time and its breakdown (seconds); the parts sum to ``total_s``."""
+
+    gemm_s: float = 0.0           # compute-bound GEMMs
+    attention_s: float = 0.0      # compute-bound attention (prefill)
+    memory_bound_s: float = 0.0   # weight reads of memory-bound GEMMs, KV-cache reads, elementwise
+    communication_s: float = 0.0  # TP all-reduce, EP all-to-all, PP sends
+    overhead_s: float = 0.0       # kernel gaps/launches and the engine's host time per step
+
+    @property
+    def total_s(self) -> float:
+        return self.gemm_s + self.attention_s + self.memory_bound_s + self.communication_s + self.overhead_s
+
+    def breakdown(self) -> dict[str, float]:
+        return {"gemm": self.gemm_s, "attention": self.attention_s, "memory_bound": self.memory_bound_s,
+                "communication": self.communication_s, "overhead": self.overhead_s}
+
+
+@dataclass(frozen=True)
+class ServeSetup:
+    """A model served on ``cluster`` by replicas of tp x pp GPUs (dp of them) with one engine."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+    dp: int = 1
+    precision: str = "bf16"
+    kv_cache_dtype: str = ""      # "" = the engine's default: fp8 weights keep a 16-bit cache too
+    engine: EngineProfile = field(default=None)  # type: ignore[assignment]
+    profile: HardwareProfile | None = None
+
+    def __post_init__(self) -> None:
+        m, gpn = self.model, self.cluster.gpus_per_node
+        if self.precision not in PRECISIONS:
+            raise SpecError("precision", f"unknown serving precision {self.precision!r}",
+                            f"use one of {', '.join(PRECISIONS)}")
+        if self.kv_dtype not in KV_DTYPES:
+            raise SpecError("kv_cache_dtype", f"unknown KV-cache dtype {self.kv_cache_dtype!r}",
+                            f"use one of {', '.join(KV_DTYPES)}")
+        if self.engine is None:
+            raise SpecError("engine", "missing", "give an engine profile (serve.engines.get_engine)")
+        if self.tp * self.pp * self.dp > self.cluster.num_gpus:
+            raise PlanError("plan", f"tp*pp*dp = {self.tp * self.pp * self.dp} exceeds {self.cluster.num_gpus} GPUs",
+                            "lower tp, pp or dp, or give more --num-gpus")
+        if self.tp > gpn and self.tp % gpn:
+            raise PlanError("plan.tp", f"{self.tp} spans nodes of {gpn} GPUs unevenly", f"use a divisor or multiple of {gpn}")
+        if m.num_heads % self.tp:
+            raise PlanError("plan.tp", f"{self.tp} does not divide the {m.num_heads} attention heads",
+                            "choose tp dividing the heads")
+        if self.pp > m.num_layers:
+            raise PlanError("plan.pp", f"{self.pp} exceeds the {m.num_layers} layers", "use fewer stages")
+        if self.ep > 1:
+            if not m.is_moe:
+                raise PlanError("plan.ep", f"ep={self.ep} on a dense model", "drop ep (it splits experts)")
+            if self.tp % self.ep or m.moe_num_experts % self.ep:
+                raise PlanError("plan.ep", f"ep={self.ep} must divide tp={self.tp} and the {m.moe_num_experts} experts",
+                                "serving places expert parallelism inside the tp group: choose ep dividing both")
+
+    # ---- sizes --------------------------------------------------------------------------------
+    @property
+    def kv_dtype(self) -> str:
+        return self.kv_cache_dtype or "bf16"
+
+    @property
+    def replica_gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def num_gpus(self) -> int:
+        return self.replica_gpus * self.dp
+
+    @property
+    def weight_bytes_per_param(self) -> float:
+        return PRECISIONS[self.precision][0]
+
+    @property
+    def gemm_dtype(self) -> str:
+        return PRECISIONS[self.precision][1]
+
+    @cached_property
+    def heads_gpu(self) -> int:
+        return self.model.num_heads // self.tp
+
+    @cached_property
+    def kv_heads_gpu(self) -> int:
+        return max(1, math.ceil(self.model.kv_heads / self.tp))
+
+    @cached_property
+    def kv_bytes_per_token_layer(self) -> float:
+        """KV-cache bytes one token adds to one layer on one GPU."""
+        m, b = self.model, KV_DTYPES[self.kv_dtype]
+        if m.mla:
+            return (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * b
+        return self.kv_heads_gpu * (m.qk_head_dim + m.v_head_dim) * b
+
+    @cached_property
+    def kv_bytes_per_token(self) -> float:
+        """KV-cache bytes one token takes on one GPU (its stage's layers)."""
+        return self.kv_bytes_per_token_layer * math.ceil(self.model.num_layers / self.pp)
+
+    def gemms(self, t: float, moe: bool) -> list[tuple[str, float, float, float, float, float]]:
+        """GEMMs of one layer on one GPU for ``t`` tokens: (name, batch, m, n, k, weight elements read).
+        MoE expert GEMMs are one grouped GEMM over the experts the tokens touch."""
+        m, tp, h = self.model, self.tp, self.model.hidden_size
+        out: list[tuple[str, float, float, float, float, float]] = []
+
+        def g(name: str, n: float, k: float) -> None:
+            out.append((name, 1, t, n, k, n * k))
+        if m.mla:
+            a = m.mla
+            qk = a.qk_nope_head_dim + a.qk_rope_head_dim
+            if a.q_lora_rank:
+                g("attn.q_a", a.q_lora_rank, h)
+                g("attn.q_b", self.heads_gpu * qk, a.q_lora_rank)
+            else:
+                g("attn.q", self.heads_gpu * qk, h)
+            g("attn.kv_a", a.kv_lora_rank + a.qk_rope_head_dim, h)
+            g("attn.kv_b", self.heads_gpu * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank)
+            g("attn.o", h, self.heads_gpu * a.v_head_dim)
+        else:
+            g("attn.qkv", self.heads_gpu * m.qk_head_dim + self.kv_heads_gpu * (m.qk_head_dim + m.v_head_dim), h)
+            g("attn.o", h, self.heads_gpu * m.v_head_dim)
+        ups = 2 if m.gated else 1
+        if not moe:
+            g("mlp.up", ups * m.ffn_hidden_size / tp, h)
+            g("mlp.down", h, m.ffn_hidden_size / tp)
+            return out
+        g("moe.router", m.moe_num_experts, h)
+        if m.shared_ffn:
+            g("moe.shared_up", ups * m.shared_ffn / tp, h)
+            g("moe.shared_down", h, m.shared_ffn / tp)
+        E, k, ep = m.moe_num_experts, m.moe_top_k, self.ep
+        width = m.expert_ffn * ep / tp                   # each expert split over tp/ep ranks
+        touched = (E / ep) * (1.0 - (1.0 - k / E) ** t)  # experts of this GPU some token routes to
+        pairs = t * k / ep                               # (token, expert) pairs this GPU computes
+        per = pairs / max(touched, 1e-9)
+        out.append(("moe.experts_up", touched, per, ups * width, h, touched * ups * width * h))
+        out.append(("moe.experts_down", touched, per, h, width, touched * h * width))
+        return out
+
+    @cached_property
+    def weight_bytes_per_gpu(self) -> float:
+        """Weight bytes on the most loaded GPU of a replica (all experts resident)."""
+        m = self.model
+        total = 0.0
+        for i in range(m.num_layers):
+            moe = m.is_moe_layer(i)
+            elems = sum(w for name, *_, w in self.gemms(1, False)) if not moe else 0.0
+            if moe:
+                elems = sum(w for name, *_, w in self.gemms(1, True) if not name.startswith("moe.experts"))
+                elems += (m.moe_num_experts / self.ep) * m.expert_params * self.ep / self.tp
+            total += elems
+        per_stage = total / self.pp * self.weight_bytes_per_param
+        vocab = m.vocab_size * m.hidden_size / self.tp * ACT_BYTES
+        emb = vocab if self.pp > 1 or m.tied_embeddings else 2 * vocab
+        return per_stage + emb
+
+    def activation_bytes_per_gpu(self, tokens: int, seqs: int) -> float:
+        """Peak activation memory of one forward pass of ``tokens`` tokens (what an engine's profiling
+        run measures): the widest layer's live tensors, and the fp32 logits of ``seqs`` sampled rows.
+        Assumed: input, qkv, attention output and the MLP's up-projection live at once."""
+        m = self.model
+        ffn = max(m.ffn_hidden_size, m.expert_ffn * m.moe_top_k if m.is_moe else 0)
+        per_token = (3 * m.hidden_size + (self.heads_gpu + 2 * self.kv_heads_gpu) * m.qk_head_dim
+                     + 3 * ffn / self.tp) * ACT_BYTES
+        return tokens * per_token + seqs * m.vocab_size * 4.0
+
+
+class StepPricer:
+    """Prices iterations of one replica of ``setup`` (memoized by token counts).
+
+    >>> from clustertwin.catalog import load_model, cluster_for_gpu
+    >>> from clustertwin.serve.engines import get_engine
+    >>> p = StepPricer(ServeSetup(load_model("llama3-8b"), cluster_for_gpu("h100-sxm", 1), engine=get_engine("vllm")))
+    >>> c = p.price(decode_seqs=1, decode_context=1000)
+    >>> c.memory_bound_s > c.gemm_s       # decode at batch 1: weights read, memory-bound
+    True
+    """
+
+    def __init__(self, setup: ServeSetup):
+        from ..calibrate.profile import profile_for
+        from ..specs.framework import get_framework
+        self.s = setup
+        gpu = setup.cluster.gpu
+        prof = setup.profile or profile_for(gpu)
+        self.compute = ComputePricer(gpu, prof, get_framework("megatron"))
+        self.mem_bw = self.compute.mem_bw
+        self.net = NetworkPricer(setup.cluster, prof)
+        gpn = setup.cluster.gpus_per_node
+        self.tp_group: GroupPlacement = place_group(setup.tp, 1, gpn)
+        self.ep_group: GroupPlacement = place_group(setup.ep, 1, gpn)
+        self.pp_group: GroupPlacement = place_group(setup.pp, setup.tp, gpn)
+        m = setup.model
+        self.layers = m.num_layers
+        self.moe_layers = m.num_moe_layers
+        self.dense_layers = m.num_layers - self.moe_layers
+        self.kernels = self.layers * KERNELS_PER_LAYER + self.moe_layers * KERNELS_PER_MOE_LAYER + 4
+        self._tok: dict[int, tuple[float, float, float]] = {}
+        self._head: dict[int, tuple[float, float]] = {}
+        self._pre: dict[tuple[int, int], tuple[float, float]] = {}
+        self.decode_attention_per_token = self._decode_attention_per_token()
+
+    # ---- parts ---------------------------------------------------------------------------------
+    def _gemm(self, name: str, batch: float, rows: float, n: float, k: float, welems: float) -> tuple[float, float]:
+        """(compute-bound seconds, memory-bound seconds) of one GEMM: its roofline time, filed under
+        memory-bound when reading its weights and activations takes longer than its FLOPs."""
+        if rows <= 0 or batch <= 0:
+            return 0.0, 0.0
+        b = max(1, int(math.ceil(batch)))
+        r = max(1, int(math.ceil(rows)))
+        flops = 2.0 * batch * rows * n * k
+        nbytes = welems * self.s.weight_bytes_per_param + batch * rows * (n + k) * ACT_BYTES
+        op = Op(name, OpKind.GEMM, Phase.FWD, flops=flops, bytes=nbytes, shape=(b, r, max(1, int(n)), max(1, int(k))),
+                dtype=self.s.gemm_dtype, layer="layer")
+        t = self.compute.gemm_time(op)
+        if nbytes / self.mem_bw >= 0.999 * t:
+            return 0.0, t
+        return t, 0.0
+
+    def _elementwise_bytes(self, t: float) -> float:
+        m = self.s.model
+        ffn = m.ffn_hidden_size / self.s.tp
+        rope = 2 * (self.s.heads_gpu + self.s.kv_heads_gpu) * m.qk_head_dim
+        return t * (10 * m.hidden_size + 3 * ffn + rope) * ACT_BYTES
+
+    def tokens_part(self, t: int) -> tuple[float, float, float]:
+        """(gemm, memory-bound, communication) seconds of all layers for ``t`` tokens (no attention core)."""
+        got = self._tok.get(t)
+        if got is not None:
+            return got
+        s, m = self.s, self.s.model
+        gemm = mem = comm = 0.0
+        for moe, count in ((False, self.dense_layers), (True, self.moe_layers)):
+            if not count:
+                continue
+            gc = mc = 0.0
+            for g in s.gemms(t, moe):
+                a, b = self._gemm(*g)
+                gc, mc = gc + a, mc + b
+            mc += self._elementwise_bytes(t) / self.mem_bw
+            msg = t * m.hidden_size * ACT_BYTES
+            cc = 0.0
+            if s.tp > 1:
+                cc += self.net.time("all_reduce", msg, self.tp_group)
+                if not (moe and s.ep > 1):
+                    cc += self.net.time("all_reduce", msg, self.tp_group)
+            if moe and s.ep > 1:
+                cc += 2 * self.net.time("all_to_all", msg * m.moe_top_k / s.ep, self.ep_group)
+            gemm, mem, comm = gemm + gc * count, mem + mc * count, comm + cc * count
+        if s.pp > 1:
+            comm += (s.pp - 1) * self.net.time("send_recv", t * m.hidden_size * ACT_BYTES, self.pp_group)
+        mem += t * m.hidden_size * ACT_BYTES * 2 / self.mem_bw   # embedding gather
+        got = self._tok[t] = (gemm, mem, comm)
+        return got
+
+    def head_part(self, rows: int) -> tuple[float, float]:
+        """(gemm, memory-bound) seconds of the output head for ``rows`` sampled tokens (16-bit weights)."""
+        got = self._head.get(rows)
+        if got is None:
+            m = self.s.model
+            n, k = m.vocab_size / self.s.tp, m.hidden_size
+            flops = 2.0 * rows * n * k
+            nbytes = n * k * ACT_BYTES + rows * (n * 4 + k * ACT_BYTES)
+            op = Op("head", OpKind.GEMM, Phase.FWD, flops=flops, bytes=nbytes,
+                    shape=(1, max(1, rows), max(1, int(n)), k), dtype="bf16", layer="head")
+            t = self.compute.gemm_time(op)
+            got = self._head[rows] = (0.0, t) if nbytes / self.mem_bw >= 0.999 * t else (t, 0.0)
+        return got
+
+    def _decode_attention_per_token(self) -> tuple[float, float]:
+        """(compute-bound, memory-bound) seconds per cached token a decode step reads, all layers."""
+        s, m = self.s, self.s.model
+        if m.mla:
+            flops = 2.0 * s.heads_gpu * (2 * m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
+        else:
+            flops = 2.0 * s.heads_gpu * (m.qk_head_dim + m.v_head_dim)
+        p = self.compute.profile
+        t_f = flops / (s.cluster.gpu.peak("bf16") * p.attention_fwd_efficiency)
+        t_b = s.kv_bytes_per_token_layer / self.mem_bw
+        return ((t_f * self.layers, 0.0) if t_f > t_b else (0.0, t_b * self.layers))
+
+    def prefill_attention(self, q: int, context: int) -> tuple[float, float]:
+        """(compute-bound, memory-bound) seconds of the causal attention of a prefill chunk of ``q``
+        tokens after ``context`` cached ones, all layers (FlashAttention pricing of the training side)."""
+        key = (q, context // 64)
+        got = self._pre.get(key)
+        if got is None:
+            s, m = self.s, self.s.model
+            c = (context // 64) * 64
+            dqk = m.qk_head_dim
+            dv = m.v_head_dim
+            flops = 2.0 * q * (c + (q + 1) / 2.0) * s.heads_gpu * (dqk + dv)
+            nbytes = (c + q) * s.kv_bytes_per_token_layer + 2 * q * s.heads_gpu * (dqk + dv) * ACT_BYTES
+            op = Op("attn.flash", OpKind.ATTENTION, Phase.FWD, flops=flops, bytes=nbytes,
+                    shape=(1, s.heads_gpu, q, c + q, dqk, dv), layer="layer")
+            t = self.compute.attention_time(op)
+            got = (0.0, t * self.layers) if nbytes / self.mem_bw >= 0.999 * t else (t * self.layers, 0.0)
+            self._pre[key] = got
+        return got
+
+    def overhead(self, gpu_s: float, graph: bool) -> float:
+        """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time."""
+        k = self.kernels
+        launch = k * _GAP if graph else max(k * _GAP, k * _EAGER_DISPATCH - gpu_s)
+        return launch + self.s.engine.step_overhead_s
+
+    # ---- one iteration -------------------------------------------------------------------------
+    def price(self, prefill: tuple[tuple[int, int], ...] = (), decode_seqs: int = 0, decode_context: int = 0,
+              sampled: int | None = None) -> StepCost:
+        """One iteration: ``prefill`` chunks (tokens, context before them), ``decode_seqs`` decode tokens
+        reading ``decode_context`` cached tokens in all, ``sampled`` rows through the head (default:
+        decode seqs + prefill chunks)."""
+        tokens = decode_seqs + sum(q for q, _ in prefill)
+        seqs = decode_seqs + len(prefill)
+        if tokens <= 0:
+            return StepCost()
+        rows = seqs if sampled is None else sampled
+        micro = max(1, min(self.s.pp, seqs))
+        g, mb, comm = self.tokens_part(-(-tokens // micro))
+        hg, hm = self.head_part(max(1, -(-rows // micro)))
+        dg, dm = self.decode_attention_per_token
+        ag, am = dg * decode_context / micro, dm * decode_context / micro
+        for q, c in prefill:
+            pg, pm = self.prefill_attention(q, c)
+            ag, am = ag + pg / micro, am + pm / micro
+        gpu = g + mb + comm + hg + hm + ag + am
+        graph = not prefill and seqs <= self.s.engine.cuda_graph_max_batch
+        return StepCost(gemm_s=g + hg, attention_s=ag, memory_bound_s=mb + hm + am, communication_s=comm,
+                        overhead_s=self.overhead(gpu, graph))
+
+    def time(self, prefill: tuple[tuple[int, int], ...], decode_seqs: int, decode_context: int) -> float:
+        return self.price(prefill, decode_seqs, decode_context).total_s
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Memory of one GPU and the KV cache it leaves (engine rules: ``EngineProfile.memory_basis``)."""
+
+    hbm_bytes: float
+    weight_bytes: float
+    activation_bytes: float
+    other_bytes: float
+    kv_cache_bytes: float
+    kv_cache_tokens: int
+    block_size: int
+    fits: bool
+    reason: str = ""
+
+    @property
+    def used_bytes(self) -> float:
+        return self.weight_bytes + self.activation_bytes + self.other_bytes + max(0.0, self.kv_cache_bytes)
+
+    def to_json(self) -> dict:
+        return {"hbm_bytes": self.hbm_bytes, "weight_bytes": self.weight_bytes,
+                "activation_bytes": self.activation_bytes, "other_bytes": self.other_bytes,
+                "kv_cache_bytes": self.kv_cache_bytes, "kv_cache_tokens": self.kv_cache_tokens, "fits": self.fits}
+
+
+def memory_plan(setup: ServeSetup, max_request_tokens: int = 0) -> MemoryPlan:
+    """Weights, activations of the engine's profiling pass (max_num_batched_tokens), the engine's other
+    memory, and the KV cache the engine's memory rule leaves; ``fits`` when one request of
+    ``max_request_tokens`` tokens fits in the cache."""
+    e = setup.engine
+    hbm = setup.cluster.gpu.hbm_bytes
+    w = setup.weight_bytes_per_gpu
+    act = setup.activation_bytes_per_gpu(e.max_num_batched_tokens, e.max_num_seqs)
+    other = e.non_torch_bytes
+    if e.memory_basis == "total":
+        kv = e.memory_fraction * hbm - w - act - other
+    elif e.memory_basis == "free":
+        kv = e.memory_fraction * (hbm - w - act - other)
+    else:   # static: weights + KV pool in the fraction, activations and the rest outside it
+        kv = min(e.memory_fraction * hbm - w, hbm - w - act - other)
+    per_token = setup.kv_bytes_per_token
+    blocks = int(max(0.0, kv) // (per_token * e.block_size))
+    tokens = blocks * e.block_size
+    fits, reason = True, ""
+    if kv <= 0:
+        fits, reason = False, (f"weights {w / 1e9:.1f} GB + activations {act / 1e9:.1f} GB leave no KV cache in "
+                               f"{hbm / 1e9:.0f} GB")
+    elif tokens < max(1, max_request_tokens):
+        fits, reason = False, f"KV cache of {tokens:,} tokens holds no request of {max_request_tokens:,} tokens"
+    return MemoryPlan(hbm, w, act, other, max(0.0, kv), tokens, e.block_size, fits, reason)
+
+
+__all__ = ["PRECISIONS", "KV_DTYPES", "ServeSetup", "StepCost", "StepPricer", "MemoryPlan", "memory_plan",
+           "parse_serve_plan"]
