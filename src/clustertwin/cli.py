@@ -158,6 +158,7 @@ _SUBCOMMAND_MODULES: list[str] = [
     "clustertwin.reliability.cli",
     "clustertwin.report.cli",
     "clustertwin.search.cli",
+    "clustertwin.serve.cli",
 ]
 
 

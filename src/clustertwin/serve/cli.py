@@ -1,0 +1,179 @@
+"""`clustertwin serve` and `clustertwin serve-search`: the serving twin on the command line."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ..cli_options import ClusterOpt, GpnOpt, GpuOpt, ModelOpt, NumGpusOpt
+from ..progress import progress_bar
+
+console = Console()
+
+SERVE_PLAN_HELP = 'parallel sizes of one replica and the replica count, e.g. "tp=8,pp=1,ep=1,dp=1" [dp: every GPU]'
+
+
+def _emit(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
+
+
+def _ms(x: float) -> str:
+    if not math.isfinite(x):
+        return "-"
+    return f"{x * 1e3:,.1f} ms" if x < 1 else f"{x:,.2f} s"
+
+
+def serve_tables(r) -> list:
+    """The tables `serve` prints (80 columns)."""
+    from ..report.console import Col, Fit
+    s, mem = r.setup, r.memory
+    head = (f"{s.model.name} on {s.num_gpus} x {s.cluster.gpu.name}, tp={s.tp} pp={s.pp} ep={s.ep} dp={s.dp}, "
+            f"{s.engine.name}, {s.precision} (KV {s.kv_dtype}), {r.workload}")
+    out: list = [head]
+    gib = 2.0 ** 30
+    mrows = [("weights", f"{mem.weight_bytes / gib:,.1f} GiB"), ("activations", f"{mem.activation_bytes / gib:,.1f} GiB"),
+             ("engine other", f"{mem.other_bytes / gib:,.1f} GiB"), ("KV cache", f"{mem.kv_cache_bytes / gib:,.1f} GiB"),
+             ("KV tokens", f"{mem.kv_cache_tokens:,}"), ("concurrent seqs", f"{r.max_concurrent_requests:,}")]
+    out.append(Fit([Col("memory per GPU", style="bold"), Col("", "right")], mrows, None))
+    if not r.fits:
+        out.append(f"does not fit: {mem.reason or 'a request never finished'}")
+        return out
+    n = s.num_gpus
+    trows = [("output tokens/s", f"{r.output_tokens_per_s:,.0f}", f"{r.output_tokens_per_s / n:,.0f}"),
+             ("total tokens/s", f"{r.total_tokens_per_s:,.0f}", f"{r.total_tokens_per_s / n:,.0f}"),
+             ("requests/s", f"{r.requests_per_s:,.2f}", f"{r.requests_per_s / n:,.3f}")]
+    out.append(Fit([Col("throughput", style="bold"), Col("system", "right"), Col("per GPU", "right")], trows))
+    lrows = []
+    for label, key in (("TTFT", "ttft_s"), ("TPOT", "tpot_s"), ("ITL", "itl_s"), ("end-to-end", "e2e_latency_s")):
+        d = r.latency(key)
+        lrows.append((label, _ms(d["mean"]), _ms(d["p50"]), _ms(d["p90"]), _ms(d["p99"])))
+    out.append(Fit([Col("latency", style="bold"), Col("mean", "right"), Col("p50", "right"), Col("p90", "right"),
+                    Col("p99", "right")], lrows))
+    brows = []
+    for label, c in (("prefill", r.prefill_step), ("decode", r.decode_step)):
+        if c is None or c.total_s <= 0:
+            continue
+        b = c.breakdown()
+        brows.append((label, _ms(c.total_s), *(f"{100 * v / c.total_s:.0f}%" for v in b.values())))
+    out.append(Fit([Col("step", style="bold"), Col("time", "right"), Col("gemm", "right"), Col("attn", "right"),
+                    Col("mem-\nbound", "right"), Col("comm", "right"), Col("over-\nhead", "right")], brows,
+                   caption="prefill: one median prompt; decode: a full batch at the median context"))
+    sim = r.sim
+    out.append(f"energy {r.energy_per_output_token_j:.2f} J per output token · {len(sim.requests):,} requests in "
+               f"{sim.duration_s:,.1f} s · {sim.preemptions:,} preemptions")
+    return out
+
+
+def search_tables(res) -> list:
+    from ..report.console import Col, Fit
+    rows = []
+    for c in res.ranked[:10]:
+        t = c.result.latency("ttft_s")["p99"]
+        p = c.result.latency("tpot_s")["p99"]
+        cost = f"${c.cost_per_hour:,.2f}" if c.cost_per_hour is not None else "-"
+        rows.append((c.gpu, f"{c.tp}/{c.pp}/{c.ep}", str(c.max_num_seqs), str(c.replicas), str(c.gpus), cost,
+                     _ms(t), _ms(p)))
+    cols = [Col("gpu"), Col("tp/pp/ep"), Col("batch\nmax", "right"), Col("repl-\nicas", "right"), Col("GPUs", "right"),
+            Col("$/hour", "right", drop=1), Col("TTFT\np99", "right"), Col("TPOT\np99", "right")]
+    slo = ", ".join(f"{m.replace('_s', '')}_{k}<={_ms(v)}" for m, d in res.slo.items() for k, v in d.items())
+    out: list = [Fit(cols, rows, f"configurations meeting {slo} at {res.request_rate:g} req/s, by {res.rank_by}",
+                     caption=f"{len(res.rejected)} candidates miss the SLO or do not fit")]
+    if not res.ranked:
+        out.append("no configuration meets the SLO: relax it, lower the rate, or allow more replicas")
+    return out
+
+
+def register(app: typer.Typer) -> None:
+
+    @app.command("serve")
+    def serve_cmd(
+            model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
+            gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt,
+            plan: Optional[str] = typer.Option(None, "--plan", "-p", help=SERVE_PLAN_HELP),
+            engine: str = typer.Option("vllm", "--engine", help="vllm | sglang | trtllm"),
+            precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | int4-awq | nvfp4"),
+            kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="bf16 | fp16 | fp8 [engine default]"),
+            input_len: Optional[int] = typer.Option(None, "--input-len", help="prompt tokens per request [1024]"),
+            output_len: Optional[int] = typer.Option(None, "--output-len", help="output tokens per request [128]"),
+            dataset_file: Optional[Path] = typer.Option(None, "--dataset-file",
+                                                        help="CSV/JSONL: arrival_time (optional), input_len, output_len"),
+            concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed loop: requests in flight"),
+            request_rate: Optional[float] = typer.Option(None, "--request-rate", help="open loop: Poisson requests/s"),
+            workload: Optional[str] = typer.Option(None, "--workload",
+                                                   help="offline | concurrency | poisson | static | trace [from the above]"),
+            num_requests: Optional[int] = typer.Option(None, "--num-requests", help="requests to simulate [1000]"),
+            max_num_seqs: Optional[int] = typer.Option(None, "--max-num-seqs", help="engine batch limit [engine's]"),
+            max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens",
+                                                                 help="tokens per iteration [engine's]"),
+            disaggregate: Optional[str] = typer.Option(None, "--disaggregate",
+                                                       help='prefill:decode replicas, e.g. "1:1" (dp split)'),
+            seed: int = typer.Option(0, "--seed", help="seed of the arrival process"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+        """Simulate LLM serving request by request: throughput, TTFT, TPOT, ITL, end-to-end latency,
+        KV-cache capacity, memory per GPU and energy per token."""
+        from ..report.console import print_all
+        from .run import ServeRequest, predict_serving
+        q = ServeRequest(model=model or "llama3-8b", gpu=gpu, num_gpus=num_gpus, cluster=cluster,
+                         gpus_per_node=gpus_per_node, plan=plan, engine=engine, precision=precision,
+                         kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
+                         dataset_file=dataset_file, concurrency=concurrency, request_rate=request_rate,
+                         workload=workload, num_requests=num_requests, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed)
+        r = predict_serving(q)
+        if as_json:
+            _emit(r.to_json())
+            return
+        print_all(console, serve_tables(r))
+
+    @app.command("serve-search")
+    def serve_search_cmd(
+            model: Optional[str] = ModelOpt,
+            slo: str = typer.Option(..., "--slo", help='latency targets, e.g. "ttft_p99=2s,tpot_p99=50ms"'),
+            request_rate: float = typer.Option(..., "--request-rate", help="requests/s the deployment must serve"),
+            gpus: str = typer.Option("h100-sxm,h200,a100-80gb,b200", "--gpus", help="GPU types to consider"),
+            batch: str = typer.Option("64,256", "--max-num-seqs", help="engine batch limits to consider"),
+            engine: str = typer.Option("vllm", "--engine", help="vllm | sglang | trtllm"),
+            precision: str = typer.Option("bf16", "--precision", help="bf16 | fp16 | fp8 | int4-awq | nvfp4"),
+            kv_cache_dtype: Optional[str] = typer.Option(None, "--kv-cache-dtype", help="bf16 | fp16 | fp8"),
+            input_len: Optional[int] = typer.Option(None, "--input-len", help="prompt tokens per request [1024]"),
+            output_len: Optional[int] = typer.Option(None, "--output-len", help="output tokens per request [128]"),
+            dataset_file: Optional[Path] = typer.Option(None, "--dataset-file", help="CSV/JSONL of request lengths"),
+            num_requests: int = typer.Option(200, "--num-requests", help="requests simulated per configuration"),
+            rank_by: str = typer.Option("gpus", "--rank-by", help="gpus | cost"),
+            gpu_hour_price: Optional[str] = typer.Option(None, "--gpu-hour-price",
+                                                         help='USD per GPU-hour: "2.5" or "h100-sxm=2.5,h200=3.5"'),
+            max_replicas: int = typer.Option(64, "--max-replicas", help="replicas tried at most"),
+            seed: int = typer.Option(0, "--seed", help="seed of the arrival process"),
+            as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)"),
+            quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")) -> None:
+        """Find the cheapest serving configuration (GPU type, tp/pp/ep, replicas, batch limit) meeting
+        latency targets at a request rate."""
+        from ..errors import SpecError
+        from ..report.console import print_all
+        from .run import ServeRequest
+        from .search import parse_prices, parse_slo, serve_search
+        targets = parse_slo(slo)
+        try:
+            seqs = tuple(int(x) for x in batch.split(",") if x.strip())
+        except ValueError:
+            raise SpecError("max_num_seqs", f"{batch!r} is not a list of integers", 'write e.g. "64,256"') from None
+        if not seqs or min(seqs) < 1:
+            raise SpecError("max_num_seqs", f"{batch!r} needs positive batch limits", 'write e.g. "64,256"')
+        if max_replicas < 1:
+            raise SpecError("max_replicas", f"{max_replicas} must be at least 1", "give a replica cap")
+        base = ServeRequest(model=model or "llama3-8b", engine=engine, precision=precision,
+                            kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
+                            dataset_file=dataset_file, num_requests=num_requests, seed=seed)
+        with progress_bar("pricing configurations", quiet=quiet) as update:
+            res = serve_search(base, targets, request_rate, gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()),
+                               seqs=seqs, rank_by=rank_by, prices=parse_prices(gpu_hour_price),
+                               max_replicas=max_replicas, progress=update)
+        if as_json:
+            _emit(res.to_json())
+            return
+        print_all(console, search_tables(res))

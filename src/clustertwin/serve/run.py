@@ -1,0 +1,332 @@
+"""One serving prediction: a model on GPUs with a plan and an engine, a workload of requests, and what
+the simulation measures (throughput, TTFT, TPOT, ITL, end-to-end latency, KV cache, memory, energy).
+
+>>> r = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=512,
+...                                  output_len=64, num_requests=50))
+>>> r.fits, r.output_tokens_per_s > 0
+(True, True)
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import DataError, PlanError, SpecError
+from ..specs.model import ModelSpec
+from . import energy
+from .engines import EngineProfile, get_engine
+from .sim import Requests, SimResult, Simulator, make_requests
+from .workload import KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
+
+MAX_TOKENS = 10_000_000        # a request longer than this is a typo, not a workload
+MAX_REQUESTS = 10_000_000
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """What ``clustertwin serve`` is asked (None: not given)."""
+
+    model: str | Path | ModelSpec = "llama3-8b"
+    gpu: str | None = None
+    num_gpus: int | None = None
+    cluster: str | Path | None = None
+    gpus_per_node: int | None = None
+    plan: str | None = None
+    engine: str = "vllm"
+    precision: str = "bf16"
+    kv_cache_dtype: str | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    dataset_file: str | Path | None = None
+    concurrency: int | None = None
+    request_rate: float | None = None
+    workload: str | None = None     # offline | concurrency | poisson | static | trace (default from the above)
+    num_requests: int | None = None
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    disaggregate: str | None = None  # "P:D" prefill:decode replicas
+    seed: int = 0
+
+
+@dataclass
+class ServeResult:
+    setup: ServeSetup
+    memory: MemoryPlan
+    sim: SimResult | None
+    workload: str
+    assumptions: list[str] = field(default_factory=list)
+    prefill_step: StepCost | None = None
+    decode_step: StepCost | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.memory.fits and self.sim is not None and bool(np.isfinite(self.sim.finish_s).all())
+
+    def _tokens(self) -> tuple[float, float]:
+        r = self.sim.requests if self.sim else None
+        return (float(r.output_len.sum()), float(r.input_len.sum())) if r is not None else (0.0, 0.0)
+
+    @property
+    def output_tokens_per_s(self) -> float:
+        if not self.fits:
+            return 0.0
+        return self._tokens()[0] / max(self.sim.duration_s, 1e-12)   # type: ignore[union-attr]
+
+    @property
+    def total_tokens_per_s(self) -> float:
+        if not self.fits:
+            return 0.0
+        out, inp = self._tokens()
+        return (out + inp) / max(self.sim.duration_s, 1e-12)   # type: ignore[union-attr]
+
+    @property
+    def requests_per_s(self) -> float:
+        if not self.fits:
+            return 0.0
+        return len(self.sim.requests) / max(self.sim.duration_s, 1e-12)   # type: ignore[union-attr]
+
+    @property
+    def energy_per_output_token_j(self) -> float:
+        if not self.fits:
+            return float("nan")
+        sim, s = self.sim, self.setup
+        gpus = s.replica_gpus * sim.replicas   # type: ignore[union-attr]
+        busy = sim.busy_s / max(sim.replicas * sim.duration_s, 1e-12)   # type: ignore[union-attr]
+        j = energy.energy_j(s.cluster.gpu.tdp_w, busy, sim.duration_s, gpus)   # type: ignore[union-attr]
+        return j / max(self._tokens()[0], 1.0)
+
+    def latency(self, name: str) -> dict[str, float]:
+        nan = {"mean": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan")}
+        if not self.fits:
+            return nan
+        sim = self.sim
+        if name == "itl_s":
+            x, w = sim.itl_samples, sim.itl_weights   # type: ignore[union-attr]
+            if not len(x):
+                return nan
+            order = np.argsort(x)
+            x, w = x[order], w[order]
+            cw = np.cumsum(w) / w.sum()
+            pick = lambda q: float(x[min(len(x) - 1, int(np.searchsorted(cw, q)))])   # noqa: E731
+            return {"mean": float((x * w).sum() / w.sum()), "p50": pick(0.5), "p90": pick(0.9), "p99": pick(0.99)}
+        x = {"ttft_s": sim.ttft_s, "tpot_s": sim.tpot_s, "e2e_latency_s": sim.e2e_s}[name]   # type: ignore[union-attr]
+        if not len(x):
+            return nan
+        p50, p90, p99 = np.percentile(x, [50, 90, 99])
+        return {"mean": float(x.mean()), "p50": float(p50), "p90": float(p90), "p99": float(p99)}
+
+    def to_json(self) -> dict:
+        s, mem = self.setup, self.memory
+        sim = self.sim
+        out = {
+            "schema": 1,
+            "model": s.model.name, "gpu": s.cluster.gpu.name, "num_gpus": s.num_gpus,
+            "plan": {"tp": s.tp, "pp": s.pp, "ep": s.ep, "dp": s.dp}, "engine": s.engine.name,
+            "precision": s.precision, "kv_cache_dtype": s.kv_dtype, "workload": self.workload,
+            "num_requests": len(sim.requests) if sim else 0,
+            "output_tokens_per_s": self.output_tokens_per_s,
+            "output_tokens_per_s_per_gpu": self.output_tokens_per_s / s.num_gpus,
+            "total_tokens_per_s": self.total_tokens_per_s,
+            "requests_per_s": self.requests_per_s,
+            "ttft_s": self.latency("ttft_s"), "tpot_s": self.latency("tpot_s"), "itl_s": self.latency("itl_s"),
+            "e2e_latency_s": self.latency("e2e_latency_s"),
+            "kv_cache_tokens": mem.kv_cache_tokens,
+            "max_concurrent_requests": self.max_concurrent_requests,
+            "memory_per_gpu_bytes": mem.used_bytes, "memory": mem.to_json(),
+            "fits": self.fits,
+            "energy_per_output_token_j": self.energy_per_output_token_j,
+            "duration_s": sim.duration_s if sim else 0.0,
+            "preemptions": sim.preemptions if sim else 0,
+            "step_breakdown_s": {"prefill": self.prefill_step.breakdown() if self.prefill_step else {},
+                                 "decode": self.decode_step.breakdown() if self.decode_step else {}},
+            "assumptions": list(self.assumptions),
+        }
+        if not mem.fits:
+            out["reason"] = mem.reason
+        return out
+
+    @property
+    def max_concurrent_requests(self) -> int:
+        """Sequences the KV cache holds at once at this workload's mean length (capped by max_num_seqs)."""
+        r = self.sim.requests if self.sim else None
+        mean_len = float((r.input_len + r.output_len).mean()) if r is not None and len(r) else 1.0
+        return int(min(self.setup.engine.max_num_seqs, self.memory.kv_cache_tokens // max(1.0, mean_len)))
+
+
+def read_dataset(path: str | Path) -> Requests:
+    """Requests from a CSV or JSONL file with input_len, output_len and optionally arrival_time (s)."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError("dataset_file", f"{p.name} not found", "give a CSV or JSONL with input_len,output_len")
+    rows: list[dict] = []
+    try:
+        if p.suffix.lower() in (".jsonl", ".json"):
+            for line in p.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    rows.append(json.loads(line))
+        else:
+            with p.open(newline="", encoding="utf-8") as f:
+                rows = list(csv.DictReader(f))
+    except (json.JSONDecodeError, csv.Error, UnicodeDecodeError) as e:
+        raise DataError("dataset_file", f"{p.name} cannot be read ({e.__class__.__name__})",
+                        "write CSV with a header row or one JSON object per line") from None
+    if not rows:
+        raise DataError("dataset_file", f"{p.name} has no requests", "add rows of input_len,output_len")
+    try:
+        inp = np.array([int(float(r["input_len"])) for r in rows])
+        out = np.array([int(float(r["output_len"])) for r in rows])
+        has_t = all(str(r.get("arrival_time", "")).strip() != "" for r in rows)
+        arr = np.array([float(r["arrival_time"]) for r in rows]) if has_t else np.zeros(len(rows))
+    except (KeyError, ValueError, TypeError):
+        raise DataError("dataset_file", f"{p.name} needs numeric input_len and output_len on every row",
+                        "columns: arrival_time (optional, s), input_len, output_len") from None
+    if (inp < 1).any() or (out < 1).any() or (inp > MAX_TOKENS).any() or (out > MAX_TOKENS).any():
+        raise DataError("dataset_file", "lengths must lie in 1 .. 10M tokens", "fix the rows")
+    order = np.argsort(arr, kind="stable")
+    return Requests(arr[order] - arr.min(), inp[order], out[order])
+
+
+def _check_len(name: str, v: int | None) -> None:
+    if v is not None and not 1 <= v <= MAX_TOKENS:
+        raise SpecError(name, f"{v} is not a length in tokens (1 .. {MAX_TOKENS:,})", "give a positive token count")
+
+
+def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
+    """The checked deployment of ``q``: model, cluster, plan (dp filled to use every GPU), engine."""
+    from ..catalog import load_model
+    from ..jobs import resolve_cluster
+    notes: list[str] = []
+    m = load_model(q.model)
+    eng = get_engine(q.engine)
+    overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens}
+    for k, v in overrides.items():
+        if v is not None and v < 1:
+            raise SpecError(k, f"{v} must be at least 1", "give a positive limit")
+    eng = eng.with_overrides(**overrides)
+    plan = parse_serve_plan(q.plan)
+    replica = plan["tp"] * plan["pp"]
+    num_gpus = q.num_gpus
+    if num_gpus is None and q.cluster is None:
+        num_gpus = replica * max(1, plan["dp"])
+    cluster = resolve_cluster(q.gpu, num_gpus, q.cluster, q.gpus_per_node)
+    n = cluster.num_gpus
+    if n % replica:
+        raise PlanError("plan", f"tp*pp = {replica} does not divide {n} GPUs", "choose tp, pp dividing --num-gpus")
+    dp = plan["dp"] or n // replica
+    if replica * dp != n:
+        raise PlanError("plan.dp", f"tp*pp*dp = {replica * dp} differs from {n} GPUs",
+                        f"use dp={n // replica} or leave dp out")
+    if q.precision not in PRECISIONS:
+        raise SpecError("precision", f"unknown serving precision {q.precision!r}", f"use one of {', '.join(PRECISIONS)}")
+    kv = q.kv_cache_dtype or ""
+    if kv and kv not in KV_DTYPES:
+        raise SpecError("kv_cache_dtype", f"unknown KV-cache dtype {kv!r}", f"use one of {', '.join(KV_DTYPES)}")
+    if not kv:
+        notes.append("kv_cache_dtype: the engine default, 16-bit (vLLM, SGLang and TensorRT-LLM keep a bf16 cache "
+                     "unless asked for fp8)")
+    if q.precision == "int4-awq":
+        notes.append("int4-awq: weight bytes shrink to 4 bits (+ group-128 scales); GEMMs priced as 16-bit "
+                     "(dequantization cost not modelled)")
+    if q.precision == "nvfp4" and "fp4" not in cluster.gpu.peak_flops:
+        notes.append(f"nvfp4: {cluster.gpu.name} has no FP4 peak; GEMMs priced at its 16-bit peak")
+    setup = ServeSetup(m, cluster, tp=plan["tp"], pp=plan["pp"], ep=plan["ep"], dp=dp, precision=q.precision,
+                       kv_cache_dtype=kv, engine=eng)
+    return setup, notes
+
+
+def workload_of(q: ServeRequest) -> str:
+    if q.concurrency is not None and q.request_rate is not None:
+        raise SpecError("concurrency", "given with --request-rate", "give one: a closed loop (--concurrency) or "
+                        "an open loop (--request-rate)")
+    if q.concurrency is not None and q.concurrency < 1:
+        raise SpecError("concurrency", f"{q.concurrency} must be at least 1", "give requests in flight")
+    if q.request_rate is not None and not (q.request_rate > 0 and math.isfinite(q.request_rate)):
+        raise SpecError("request_rate", f"{q.request_rate} must be a positive rate", "give requests per second")
+    w = q.workload
+    if w is None:
+        w = "concurrency" if q.concurrency else "poisson" if q.request_rate else "trace" if q.dataset_file else "offline"
+    if w not in ("offline", "concurrency", "poisson", "static", "trace"):
+        raise SpecError("workload", f"unknown workload {w!r}", "use offline, concurrency, poisson, static or trace")
+    if w == "concurrency" and not q.concurrency:
+        raise SpecError("concurrency", "missing for a closed-loop workload", "give --concurrency")
+    if w == "poisson" and not q.request_rate:
+        raise SpecError("request_rate", "missing for a Poisson workload", "give --request-rate")
+    return w
+
+
+def requests_of(q: ServeRequest, workload: str, setup: ServeSetup, notes: list[str]) -> Requests:
+    n = q.num_requests
+    if n is not None and not 1 <= n <= MAX_REQUESTS:
+        raise SpecError("num_requests", f"{n} must lie in 1 .. {MAX_REQUESTS:,}", "give a request count")
+    if q.dataset_file is not None:
+        req = read_dataset(q.dataset_file)
+        if n is not None:
+            req = Requests(req.arrival_s[:n], req.input_len[:n], req.output_len[:n])
+        if workload != "trace":
+            base = make_requests(len(req), req.input_len, req.output_len, workload=workload,
+                                 request_rate=q.request_rate, seed=q.seed)
+            req = base
+        return req
+    _check_len("input_len", q.input_len)
+    _check_len("output_len", q.output_len)
+    if workload == "trace":
+        raise SpecError("dataset_file", "missing for a trace workload", "give --dataset-file")
+    inp = q.input_len if q.input_len is not None else 1024
+    out = q.output_len if q.output_len is not None else 128
+    if q.input_len is None or q.output_len is None:
+        notes.append(f"lengths: input {inp} and output {out} tokens where not given")
+    limit = setup.model.max_seq_len
+    if inp + out > max(limit, 1):
+        raise SpecError("input_len", f"input {inp} + output {out} tokens exceed the model's context of {limit:,}",
+                        "give shorter requests")
+    if n is None:
+        n = setup.engine.max_num_seqs if workload == "static" else (max(100, 10 * (q.concurrency or 0)) if
+                                                                   workload == "concurrency" else 1000)
+        notes.append(f"num_requests: {n} (not given)")
+    return make_requests(n, inp, out, workload=workload, request_rate=q.request_rate, seed=q.seed)
+
+
+def _disagg(text: str | None, dp: int) -> tuple[int, int] | None:
+    if not text:
+        return None
+    try:
+        a, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise SpecError("disaggregate", f"{text!r} is not P:D", 'write e.g. "1:1" (prefill:decode replicas)') from None
+    if a < 1 or b < 1 or a + b != dp:
+        raise SpecError("disaggregate", f"{a}:{b} must be two positive counts summing to dp={dp}",
+                        "split the replicas between prefill and decode")
+    return a, b
+
+
+def predict_serving(q: ServeRequest, *, pricer: StepPricer | None = None) -> ServeResult:
+    """Simulate ``q`` and return what it measures (see ServeResult.to_json for the keys)."""
+    workload = workload_of(q)
+    setup, notes = build_setup(q)
+    req = requests_of(q, workload, setup, notes)
+    disagg = _disagg(q.disaggregate, setup.dp)
+    longest = int((req.input_len + req.output_len).max())
+    mem = memory_plan(setup, longest)
+    notes.append(f"engine {setup.engine.name}: " + "; ".join(setup.engine.sources))
+    notes.append(energy.ASSUMPTION)
+    if disagg:
+        notes.append(f"disaggregated: {disagg[0]} prefill and {disagg[1]} decode replicas; KV sent over the NICs of "
+                     "a replica's GPUs (RDMA, no overlap with prefill)")
+    pricer = pricer or StepPricer(setup)
+    inp = int(np.median(req.input_len))
+    prefill_step = pricer.price(prefill=((min(inp, setup.engine.max_num_batched_tokens), 0),))
+    dec_b = max(1, min(setup.engine.max_num_seqs, mem.kv_cache_tokens // max(1, longest)))
+    decode_step = pricer.price(decode_seqs=dec_b, decode_context=dec_b * (inp + int(np.median(req.output_len)) // 2))
+    if not mem.fits:
+        return ServeResult(setup, mem, None, workload, notes, prefill_step, decode_step)
+    sim = Simulator(setup, mem.kv_cache_tokens, static=workload == "static", disaggregate=disagg, pricer=pricer)
+    res = sim.run(req, concurrency=q.concurrency if workload == "concurrency" else None)
+    return ServeResult(setup, mem, res, workload, notes, prefill_step, decode_step)
+
+
+__all__ = ["ServeRequest", "ServeResult", "predict_serving", "read_dataset", "build_setup"]
