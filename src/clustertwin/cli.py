@@ -128,6 +128,14 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
     from .errors import DataError
     from .report.console import print_all, validation_tables
     from .validate import read_runs, validate_rows
+    from .validate.serving import is_serving_csv
+    serving = [is_serving_csv(f) for f in files]
+    if any(serving):   # the serving schema (columns engine and workload): the serving twin predicts it
+        if not all(serving):
+            raise DataError("files", "serving and training files given together", "validate them separately")
+        from .serve.cli import validate_serving_files
+        validate_serving_files(files, cv=cv, as_json=as_json)
+        return
     rows, names = [], []
     for f in files:
         r = read_runs(f)

@@ -88,6 +88,51 @@ def search_tables(res) -> list:
     return out
 
 
+def serving_validation_tables(rep) -> list:
+    """Per-row errors and the MAPE per metric family of a serving validation (80 columns)."""
+    from ..report.console import Col, Fit
+    rows = []
+    for r in rep.rows:
+        if r.error is None:
+            rows.append((r.run_id, r.metric, f"{r.measured:.4g}", "-", r.reason or "not predicted"))
+        else:
+            rows.append((r.run_id, r.metric, f"{r.measured:.4g}", f"{r.predicted:.4g}", f"{100 * r.error:+.1f}%"))
+    out: list = [Fit([Col("run", flex="cut"), Col("metric", flex="cut"), Col("measured", "right"),
+                      Col("predicted", "right"), Col("error", flex="wrap")], rows, "serving runs")]
+    fam = [(f, f"{100 * rep.mape(f):.1f}%" if rep.mape(f) == rep.mape(f) else "-",
+            str(sum(1 for r in rep.ok_rows if (r.metric in _THROUGHPUT) == (f == "throughput"))))
+           for f in ("throughput", "latency")]
+    out.append(Fit([Col("MAPE", style="bold"), Col("", "right"), Col("rows", "right")], fam,
+                   caption=f"{len(rep.ok_rows)} rows predicted, {len(rep.failed_rows)} not (reasons above); "
+                           "nothing fitted to them"))
+    return out
+
+
+_THROUGHPUT = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s")
+
+
+def validate_serving_files(files: list[Path], *, cv: Optional[str] = None, as_json: bool = False) -> None:
+    """`clustertwin validate` on serving files: every row predicted by the serving twin or given its reason."""
+    from ..errors import DataError
+    from ..report.console import print_all
+    from ..validate.serving import read_serving_runs, validate_serving
+    if cv is not None and cv.strip().lower() != "source":
+        raise DataError("cv", f"unknown grouping {cv!r}", "use --cv source (leave-one-source-out)")
+    rows = []
+    for f in files:
+        rows += read_serving_runs(f)
+    with progress_bar("predicting serving runs", quiet=as_json) as update:
+        rep = validate_serving(rows, progress=update)
+    if as_json:
+        _emit(rep.to_json())
+        return
+    print_all(console, serving_validation_tables(rep))
+    if cv is not None:
+        by = rep.mape_by(lambda r: r.source or "?")
+        console.print("MAPE by source (the serving twin fits nothing to measured rows: every figure is out of "
+                      "sample): " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in by.items()))
+
+
 def register(app: typer.Typer) -> None:
 
     @app.command("serve")
