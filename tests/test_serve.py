@@ -1,0 +1,251 @@
+"""The serving twin (issue 18): hand-checkable step times, invariants of the simulation, the JSON
+contract of `clustertwin serve`, serving validation files, and one-line refusals of bad input."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clustertwin.catalog import cluster_for_gpu, load_gpu, load_model
+from clustertwin.cli import main
+from clustertwin.serve import (ServeRequest, ServeSetup, Simulator, StepPricer, get_engine, make_requests, memory_plan,
+                               parse_slo, predict_serving)
+from clustertwin.serve.energy import average_power_w
+from clustertwin.validate.serving import is_serving_csv, read_serving_runs, validate_serving
+
+DATA = Path(__file__).parent / "data"
+KEYS = ("schema", "output_tokens_per_s", "total_tokens_per_s", "requests_per_s", "ttft_s", "tpot_s", "itl_s",
+        "e2e_latency_s", "kv_cache_tokens", "max_concurrent_requests", "memory_per_gpu_bytes", "fits",
+        "energy_per_output_token_j", "assumptions")
+
+
+def setup(model="llama3-8b", gpu="h100-sxm", n=1, **kw) -> ServeSetup:
+    return ServeSetup(load_model(model), cluster_for_gpu(gpu, n), engine=kw.pop("engine", get_engine("vllm")), **kw)
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- hand-checkable step times ----------------------------------------------------------------------
+def test_decode_at_batch_one_reads_the_weights_once() -> None:
+    s = setup()
+    p = StepPricer(s)
+    c = p.price(decode_seqs=1, decode_context=100)
+    # every weight byte crosses HBM once per step, at the profile's achievable bandwidth; of the input
+    # embedding only the rows of the step's tokens are read
+    weights = s.weight_bytes_per_gpu - s.model.vocab_size * s.model.hidden_size * 2
+    expect = weights / p.mem_bw
+    gpu_s = c.total_s - c.overhead_s
+    assert c.gemm_s + c.attention_s < 0.05 * gpu_s          # memory-bound
+    assert expect <= gpu_s <= 1.1 * expect
+    assert abs(c.total_s - sum(c.breakdown().values())) < 1e-12
+
+
+def test_prefill_is_compute_bound_near_flops_over_peak() -> None:
+    s = setup()
+    p = StepPricer(s)
+    tokens = 4096
+    c = p.price(prefill=((tokens, 0),))
+    flops = 2.0 * s.model.matmul_params_active * tokens
+    ideal = flops / s.cluster.gpu.peak("bf16")
+    assert c.gemm_s > c.memory_bound_s                        # compute-bound
+    assert ideal < c.gemm_s + c.attention_s < ideal / 0.5       # between 50% and 100% of the peak
+    assert abs(c.total_s - sum(c.breakdown().values())) < 1e-12
+
+
+@pytest.mark.parametrize("model,gpu,n,kw", [("mixtral-8x7b", "h100-sxm", 2, {"tp": 2}),
+                                             ("deepseek-v3", "h200", 8, {"tp": 8, "ep": 8, "precision": "fp8"}),
+                                             ("llama3-70b", "h100-sxm", 8, {"tp": 4, "pp": 2})])
+def test_breakdowns_sum_for_moe_mla_and_pipelines(model, gpu, n, kw) -> None:
+    p = StepPricer(setup(model, gpu, n, **kw))
+    for c in (p.price(prefill=((1000, 0), (500, 200)), decode_seqs=30, decode_context=30 * 800),
+              p.price(decode_seqs=64, decode_context=64 * 2000)):
+        assert c.total_s > 0
+        assert abs(c.total_s - sum(c.breakdown().values())) < 1e-12
+
+
+def test_weight_precision_shrinks_bytes_not_compute_dtype() -> None:
+    bf = setup()
+    awq = setup(precision="int4-awq")
+    fp8 = setup(precision="fp8")
+    assert awq.weight_bytes_per_gpu < fp8.weight_bytes_per_gpu < bf.weight_bytes_per_gpu
+    assert awq.gemm_dtype == "bf16" and fp8.gemm_dtype == "fp8"
+    assert StepPricer(awq).price(decode_seqs=1).total_s < StepPricer(bf).price(decode_seqs=1).total_s
+
+
+def test_fp8_kv_cache_doubles_capacity() -> None:
+    a = memory_plan(setup(), 2048).kv_cache_tokens
+    b = memory_plan(setup(kv_cache_dtype="fp8"), 2048).kv_cache_tokens
+    assert 1.95 < b / a < 2.05
+
+
+def test_more_hbm_bandwidth_is_never_slower() -> None:
+    gpu = load_gpu("h100-sxm")
+    fast = gpu.model_copy(update={"hbm_bandwidth_bytes_per_s": 2 * gpu.hbm_bandwidth_bytes_per_s})
+    slow_c = cluster_for_gpu("h100-sxm", 1)
+    fast_c = slow_c.model_copy(update={"node": slow_c.node.model_copy(update={"gpu": fast})})
+    m = load_model("llama3-8b")
+    e = get_engine("vllm")
+    slow_p = StepPricer(ServeSetup(m, slow_c, engine=e))
+    fast_p = StepPricer(ServeSetup(m, fast_c, engine=e))
+    for args in ({"decode_seqs": 1, "decode_context": 10}, {"decode_seqs": 128, "decode_context": 128 * 3000},
+                 {"prefill": ((2048, 0),)}):
+        assert fast_p.price(**args).total_s <= slow_p.price(**args).total_s
+
+
+# ---- the simulation -----------------------------------------------------------------------------------
+def test_higher_request_rate_never_lowers_ttft_p99() -> None:
+    base = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=1024, output_len=128, num_requests=300)
+    p99 = [predict_serving(ServeRequest(**base, request_rate=r)).latency("ttft_s")["p99"] for r in (1, 5, 20, 80)]
+    assert all(a <= b * 1.0001 for a, b in zip(p99, p99[1:])), p99
+
+
+def test_throughput_never_exceeds_capacity() -> None:
+    # capacity: a full batch of decodes per decode step time; no workload outruns it
+    q = ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=256, output_len=256,
+                     num_requests=600, max_num_seqs=64)
+    r = predict_serving(q)
+    step = StepPricer(r.setup).price(decode_seqs=64, decode_context=64 * 256).total_s
+    assert r.output_tokens_per_s <= 64 / step * 1.001
+    assert r.sim.max_running <= 64
+
+
+def test_same_seed_same_numbers_other_seed_other_arrivals() -> None:
+    q = ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=2, request_rate=30, num_requests=200,
+                     input_len=512, output_len=64, seed=3)
+    a, b = predict_serving(q).to_json(), predict_serving(q).to_json()
+    assert a == b
+    from dataclasses import replace
+    c = predict_serving(replace(q, seed=4)).to_json()
+    assert c["ttft_s"] != a["ttft_s"]
+
+
+def test_every_request_finishes_and_cache_preempts_when_full() -> None:
+    s = setup()
+    req = make_requests(64, 2000, 500)
+    r = Simulator(s, kv_cache_tokens=30_000).run(req)   # a cache too small for all 64 at once
+    assert np.isfinite(r.finish_s).all()
+    assert r.preemptions > 0 or r.max_running * 2500 <= 30_000
+    assert (r.first_token_s <= r.finish_s).all()
+
+
+def test_static_batch_and_disaggregation_and_trace(tmp_path) -> None:
+    st = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, workload="static",
+                                      max_num_seqs=16, num_requests=32, input_len=128, output_len=32))
+    assert st.fits and st.sim.max_running <= 16
+    dis = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=2, disaggregate="1:1",
+                                       request_rate=4, num_requests=100, input_len=1024, output_len=64))
+    assert dis.fits and dis.sim.kv_transfer_s > 0
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"arrival_time": i * 0.1, "input_len": 100 + i, "output_len": 20}) + "\n"
+                             for i in range(30)))
+    tr = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, dataset_file=trace))
+    assert tr.workload == "trace" and len(tr.sim.requests) == 30
+
+
+def test_energy_between_idle_and_tdp() -> None:
+    assert average_power_w(700, 0) == pytest.approx(70)
+    assert average_power_w(700, 1) == pytest.approx(700)
+    r = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, num_requests=50))
+    e = r.energy_per_output_token_j
+    tokens = r.sim.requests.output_len.sum()
+    assert 70 * r.sim.duration_s / tokens <= e <= 700 * r.sim.duration_s / tokens
+
+
+def test_slo_parsing() -> None:
+    assert parse_slo("ttft_p99=2s, tpot_p99=50ms") == {"ttft_s": {"p99": 2.0}, "tpot_s": {"p99": 0.05}}
+
+
+# ---- the command line --------------------------------------------------------------------------------
+def test_serve_json_keys(capsys) -> None:
+    code, out, err = run(capsys, "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--num-gpus", "1",
+                         "--num-requests", "40", "--input-len", "256", "--output-len", "32", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    for k in KEYS:
+        assert k in d, k
+    assert d["schema"] == 1 and d["fits"] is True
+    for k in ("ttft_s", "tpot_s", "itl_s", "e2e_latency_s"):
+        assert set(d[k]) >= {"mean", "p50", "p90", "p99"}
+
+
+def test_serve_table_fits_80_columns(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    from rich.console import Console
+    import clustertwin.serve.cli as sc
+    monkeypatch.setattr(sc, "console", Console(width=80, force_terminal=False))
+    code, out, err = run(capsys, "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--num-gpus", "1",
+                         "--num-requests", "30", "--concurrency", "4")
+    assert code == 0, err
+    assert "TTFT" in out and "output tokens/s" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+
+
+def test_serve_search_finds_a_config(capsys) -> None:
+    code, out, err = run(capsys, "serve-search", "--model", "llama3-8b", "--slo", "ttft_p99=2s,tpot_p99=100ms",
+                         "--request-rate", "2", "--gpus", "h100-sxm", "--max-num-seqs", "64", "--num-requests",
+                         "40", "--input-len", "256", "--output-len", "32", "--max-replicas", "2", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["best"]["meets_slo"] and d["best"]["num_gpus"] >= 1
+    gpus = [c["num_gpus"] for c in d["ranked"]]
+    assert gpus == sorted(gpus)
+
+
+BAD = [
+    (["serve", "--slo", "x"], ["slo"]),   # serve has no --slo: a click error, still one line
+    (["serve-search", "--slo", "ttft_p99=fast", "--request-rate", "1"], ["slo.ttft_p99"]),
+    (["serve-search", "--slo", "latency_p99=2s", "--request-rate", "1"], ["slo", "unknown target"]),
+    (["serve", "--plan", "tp=three"], ["plan.tp"]),
+    (["serve", "--plan", "zz=2"], ["plan", "unknown field"]),
+    (["serve", "--engine", "tgi"], ["engine", "tgi"]),
+    (["serve", "--concurrency", "4", "--request-rate", "2"], ["concurrency", "request-rate"]),
+    (["serve", "--input-len", "0"], ["input_len"]),
+    (["serve", "--input-len", "100000000"], ["input_len"]),
+    (["serve", "--input-len", "9000", "--output-len", "9000"], ["input_len", "context"]),
+    (["serve", "--precision", "int3"], ["precision"]),
+    (["serve", "--kv-cache-dtype", "int8"], ["kv_cache_dtype"]),
+    (["serve", "--num-gpus", "8", "--plan", "tp=3"], ["plan"]),
+    (["serve", "--disaggregate", "2:1", "--num-gpus", "2"], ["disaggregate"]),
+    (["serve", "--dataset-file", "nowhere.csv"], ["dataset_file"]),
+    (["serve-search", "--slo", "ttft_p99=1s", "--request-rate", "1", "--rank-by", "cost", "--gpus", "h100-sxm"],
+     ["gpu_hour_price"]),
+]
+
+
+@pytest.mark.parametrize("args,words", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2(capsys, args, words) -> None:
+    code, out, err = run(capsys, *args)
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert re.match(r"error: [^:;]+: .+", lines[0]), lines[0]
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+# ---- validation files ----------------------------------------------------------------------------------
+def test_serving_csv_is_told_from_training_by_its_columns() -> None:
+    assert is_serving_csv(DATA / "serving_runs_small.csv")
+    root = Path(__file__).resolve().parents[1]
+    assert not is_serving_csv(root / "data" / "validation" / "public_runs.csv")
+
+
+def test_serving_validation_never_loses_a_row(capsys) -> None:
+    rows = read_serving_runs(DATA / "serving_runs_small.csv")
+    rep = validate_serving(rows)
+    assert len(rep.rows) == 6
+    assert len(rep.ok_rows) == 4 and len(rep.failed_rows) == 2
+    assert all(r.reason for r in rep.failed_rows)
+    assert any("dp_replicas empty" in a for r in rep.rows for a in r.assumptions)
+    code, out, err = run(capsys, "validate", str(DATA / "serving_runs_small.csv"), "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["kind"] == "serving" and len(d["rows"]) == 6
+    assert set(d["mape"]) >= {"throughput", "latency"}
