@@ -192,7 +192,7 @@ class Simulator:
         start = req.arrival_s.astype(float).copy()
         itl_d: list[float] = []
         itl_w: list[int] = []
-        stats = {"busy": 0.0, "pre": 0, "maxrun": 0, "iters": 0, "xfer": 0.0}
+        stats: dict[str, float] = {"busy": 0.0, "pre": 0, "maxrun": 0, "iters": 0, "xfer": 0.0}
         if self.disagg:
             npf, ndc = self.disagg
             reps = [_Replica(i, "prefill", self.capacity) for i in range(npf)] + \
@@ -387,7 +387,8 @@ class Simulator:
             finish[~done] = np.inf
             first[np.isnan(first)] = np.inf
         return SimResult(req, first, finish, start, np.asarray(itl_d), np.asarray(itl_w, dtype=float),
-                         stats["busy"], len(reps), stats["pre"], stats["maxrun"], stats["iters"], stats["xfer"])
+                         stats["busy"], len(reps), int(stats["pre"]), int(stats["maxrun"]), int(stats["iters"]),
+                         stats["xfer"])
 
     def _enter_decode(self, r: _Replica, rid: int, cur_in: np.ndarray, remaining: np.ndarray) -> None:
         """``rid`` (its prompt in the cache, ``remaining`` tokens still to emit) decodes from the next

@@ -266,13 +266,13 @@ def validate_serving(rows: list[ServingRow], progress=None) -> ServingReport:
             row.reason = "value is not a positive number"
             continue
         key = tuple(sorted((k, (v or "").strip()) for k, v in row.raw.items() if k and k not in _SKIP))
-        got = cache.get(key)
+        got: tuple[Any, list[str], str] | None = cache.get(key)
         if got is None:
             notes: list[str] = []
             try:
                 q = request_of(row.raw, notes)
-                res = predict_serving(q)
-                got = (res, notes, "" if res.fits else f"does not fit: {res.memory.reason or 'requests never finish'}")
+                pred = predict_serving(q)
+                got = (pred, notes, "" if pred.fits else f"does not fit: {pred.memory.reason or 'requests never finish'}")
             except ClusterTwinError as e:
                 got = (None, notes, e.one_line())
             cache[key] = got
