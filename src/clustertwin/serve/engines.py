@@ -33,6 +33,7 @@ class EngineProfile:
     cuda_graph_max_batch: int       # decode batches up to this size replay a CUDA graph
     step_overhead_s: float          # host time per iteration the GPU waits for (schedule, sample, detokenize)
     non_torch_bytes: float          # CUDA context, NCCL buffers, CUDA graphs: memory outside weights/activations/KV
+    admission_reserve: float = 0.0  # share of a request's output tokens its admission reserves in the cache
     sources: tuple[str, ...] = ()
 
     def with_overrides(self, **kw: object) -> "EngineProfile":
@@ -45,7 +46,7 @@ ENGINES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
         "vllm", block_size=16, memory_fraction=0.9, memory_basis="total", max_num_seqs=256,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=512,
-        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB,
+        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0,
         sources=(
             "block_size 16: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (docs.vllm.ai/en/stable/api/vllm/config/cache/)",
             "gpu_memory_utilization 0.9: vLLM engine arguments (docs.vllm.ai, engine_args; 0.92 in the newest "
@@ -60,11 +61,14 @@ ENGINES: dict[str, EngineProfile] = {
             "'vLLM v0.6.0: 2.7x throughput', which cut it by overlapping); no per-step figure for V1 found",
             "non_torch 2 GiB: assumed: CUDA context, NCCL buffers and captured CUDA graphs, as vLLM's startup log "
             "reports them (order of 1-3 GiB); not a published constant",
+            "admission: a request is admitted when its next chunk's blocks are free (nothing reserved for its "
+            "output); when the cache runs out the newest request is preempted and recomputed (vLLM docs, "
+            "'Preemption' in Optimization and Tuning: recompute is the V1 default)",
         )),
     "sglang": EngineProfile(
         "sglang", block_size=1, memory_fraction=0.88, memory_basis="static", max_num_seqs=1024,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=160,
-        step_overhead_s=0.5e-3, non_torch_bytes=1.5 * _GIB,
+        step_overhead_s=0.5e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=0.5,
         sources=(
             "page_size 1: SGLang server arguments default (docs.sglang.ai, server_args)",
             "mem_fraction_static 0.88: SGLang ServerArgs default for a single GPU of 80 GB class (sglang "
@@ -72,6 +76,8 @@ ENGINES: dict[str, EngineProfile] = {
             "chunked_prefill_size 8192: SGLang default on 80 GB class GPUs (server_args.py; recalled)",
             "max_running_requests: derived by SGLang from the KV pool; assumed 1024 as a cap",
             "cuda_graph_max_bs 160: SGLang default on H100-class GPUs (server_args.py; recalled, assumed)",
+            "admission reserves half the output: assumed between SGLang's initial new-token ratio 0.7 and its floor "
+            "0.1 (schedule_policy.py / server_args.py; recalled), retracting requests when the cache runs out",
             "step_overhead 0.5 ms: assumed: SGLang's overlap scheduler runs the CPU work of the next batch "
             "while the GPU runs this one ('zero-overhead batch scheduler', SGLang v0.4 blog, lmsys.org "
             "2024-12-04); the residue is a guess",
@@ -79,7 +85,7 @@ ENGINES: dict[str, EngineProfile] = {
     "trtllm": EngineProfile(
         "trtllm", block_size=32, memory_fraction=0.9, memory_basis="free", max_num_seqs=256,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=256,
-        step_overhead_s=0.4e-3, non_torch_bytes=1.5 * _GIB,
+        step_overhead_s=0.4e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=1.0,
         sources=(
             "tokens_per_block 32: TensorRT-LLM KvCacheConfig default "
             "(nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCacheConfig.html)",
@@ -87,6 +93,9 @@ ENGINES: dict[str, EngineProfile] = {
             "nvidia.github.io/TensorRT-LLM/examples/kvcacheconfig.html",
             "max_batch_size 256, max_num_tokens 8192: trtllm-serve defaults (TensorRT-LLM trtllm-serve docs)",
             "enable_chunked_context: assumed on (trtllm-serve pytorch backend)",
+            "admission reserves the whole output: the default capacity scheduler policy GUARANTEED_NO_EVICT admits a "
+            "request only when its prompt and maximum output fit (TensorRT-LLM docs, scheduler / "
+            "CapacitySchedulerPolicy)",
             "cuda_graph batch 256: assumed: graphs captured up to max_batch_size",
             "step_overhead 0.4 ms: assumed: C++ batch manager with overlapped scheduling; a guess",
         )),

@@ -123,7 +123,7 @@ def _interp_cache(fn, t: int, cache: dict) -> tuple:
 
 class _Replica:
     __slots__ = ("idx", "role", "waiting", "prefilling", "order", "decoding", "heap", "it", "s0", "n_dec",
-                 "kv_tokens", "busy", "capacity", "pre_done")
+                 "kv_tokens", "busy", "capacity", "pre_done", "res", "reserved")
 
     def __init__(self, idx: int, role: str, capacity: int):
         self.idx, self.role, self.capacity = idx, role, capacity
@@ -137,6 +137,8 @@ class _Replica:
         self.s0 = 0                          # sum of (prompt - entry iteration + 1) over decoding
         self.n_dec = 0
         self.kv_tokens = 0
+        self.res: dict[int, int] = {}        # rid -> tokens reserved at admission
+        self.reserved = 0
         self.busy = False
 
     def outstanding(self) -> int:
@@ -223,7 +225,12 @@ class Simulator:
         def least(group: list[_Replica]) -> _Replica:
             return min(group, key=lambda r: (r.outstanding(), r.idx))
 
-        def plan(r: _Replica) -> tuple | None:
+        reserve = e.admission_reserve
+
+        def release(r: _Replica, rid: int) -> None:
+            r.reserved -= r.res.pop(rid, 0)
+
+        def plan(r: _Replica, admit: bool) -> tuple | None:
             """The next iteration of ``r``: (prefill chunks [(rid, q, ctx)], admitted rids), or None."""
             budget = e.max_num_batched_tokens - r.n_dec
             chunks: list[tuple[int, int, int]] = []
@@ -240,8 +247,9 @@ class Simulator:
                 budget -= q
                 need += q
             admitted: list[int] = []
-            if not (self.static and running):
-                while r.waiting and budget > 0 and running < e.max_num_seqs:
+            batch_start = self.static and running == 0     # a static batch forms at once, then runs alone
+            if admit and not (self.static and running):
+                while r.waiting and (budget > 0 or batch_start) and running < e.max_num_seqs:
                     rid = r.waiting[0]
                     prompt = int(cur_in[rid])
                     if r.role == "decode":      # KV arrives by transfer: no prefill, just room for it
@@ -254,6 +262,11 @@ class Simulator:
                         room = q
                     if r.kv_tokens + need + room + (running + 1) * self.waste > r.capacity:
                         break
+                    res = prompt + math.ceil(reserve * int(remaining[rid]))
+                    if reserve and r.reserved + res + (running + 1) * self.waste > r.capacity:
+                        break
+                    r.res[rid] = res
+                    r.reserved += res
                     r.waiting.popleft()
                     admitted.append(rid)
                     running += 1
@@ -265,8 +278,9 @@ class Simulator:
                 return None
             return chunks, admitted
 
-        def preempt_for(r: _Replica, extra: int) -> None:
-            """Preempt the newest running requests until ``extra`` more tokens fit."""
+        def preempt_for(r: _Replica, extra: int) -> int:
+            """Preempt the newest running requests until ``extra`` more tokens fit; how many were."""
+            count = 0
             while r.kv_tokens + extra + (len(r.prefilling) + r.n_dec) * self.waste > r.capacity and r.order:
                 rid = r.order.pop()
                 if rid in r.decoding:
@@ -284,14 +298,17 @@ class Simulator:
                 else:
                     continue
                 r.kv_tokens -= held
+                release(r, rid)
                 r.waiting.appendleft(rid)
                 stats["pre"] += 1
+                count += 1
+            return count
 
         def start_iter(r: _Replica, now: float) -> None:
             nonlocal seq
-            if r.role != "prefill":
-                preempt_for(r, r.n_dec)
-            p = plan(r)
+            # an iteration that had to preempt admits nobody (vLLM V1's scheduler does the same)
+            preempted = preempt_for(r, r.n_dec) if r.role != "prefill" else 0
+            p = plan(r, admit=not preempted)
             if p is None:
                 r.busy = False
                 return
@@ -355,6 +372,7 @@ class Simulator:
                     r.n_dec -= 1
                     r.s0 -= int(cur_in[rid]) - i0 + 1
                     r.kv_tokens -= int(cur_in[rid]) + int(remaining[rid])
+                    release(r, rid)
                     finish_req(rid, t)
             # prefill chunks of this iteration
             for rid, q, _c in chunks:
@@ -369,10 +387,12 @@ class Simulator:
                 remaining[rid] -= 1              # the prefill samples one token
                 if remaining[rid] <= 0:
                     r.kv_tokens -= int(cur_in[rid])
+                    release(r, rid)
                     finish_req(rid, t)
                     continue
                 if r.role == "prefill":
                     r.kv_tokens -= int(cur_in[rid])
+                    release(r, rid)
                     xfer = int(cur_in[rid]) * kvb / self.kv_bw
                     stats["xfer"] += xfer
                     heapq.heappush(events, (t + xfer, seq, XFER, rid))
