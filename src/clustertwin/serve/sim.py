@@ -47,7 +47,8 @@ class Requests:
 def make_requests(n: int, input_len: int | np.ndarray, output_len: int | np.ndarray, *,
                   workload: str = "offline", request_rate: float | None = None, seed: int = 0) -> Requests:
     """``n`` requests of the given lengths arriving as ``workload`` says (Poisson: exponential gaps at
-    ``request_rate``; offline, static, concurrency: all at time 0)."""
+    ``request_rate``, the sample scaled so that its mean rate is exactly the nominal one; offline, static,
+    concurrency: all at time 0)."""
     rng = np.random.default_rng(seed)
     inp = np.broadcast_to(np.asarray(input_len, dtype=np.int64), (n,)).copy()
     out = np.broadcast_to(np.asarray(output_len, dtype=np.int64), (n,)).copy()
@@ -55,6 +56,8 @@ def make_requests(n: int, input_len: int | np.ndarray, output_len: int | np.ndar
         assert request_rate and request_rate > 0
         arr = np.cumsum(rng.exponential(1.0 / request_rate, size=n))
         arr -= arr[0]
+        if n > 1:   # the sample at the nominal rate: n requests span (n - 1) / rate, bursts kept
+            arr *= (n - 1) / request_rate / arr[-1]
     else:
         arr = np.zeros(n)
     return Requests(arr, inp, out)
