@@ -83,20 +83,22 @@ ENGINES: dict[str, EngineProfile] = {
             "2024-12-04); the residue is a guess",
         )),
     "trtllm": EngineProfile(
-        "trtllm", block_size=32, memory_fraction=0.9, memory_basis="free", max_num_seqs=256,
-        max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=256,
+        "trtllm", block_size=32, memory_fraction=0.9, memory_basis="free", max_num_seqs=2048,
+        max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=2048,
         step_overhead_s=0.4e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=1.0,
         sources=(
             "tokens_per_block 32: TensorRT-LLM KvCacheConfig default "
             "(nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCacheConfig.html)",
             "free_gpu_memory_fraction 0.9 of the memory free after weights and buffers: same page and "
             "nvidia.github.io/TensorRT-LLM/examples/kvcacheconfig.html",
-            "max_batch_size 256, max_num_tokens 8192: trtllm-serve defaults (TensorRT-LLM trtllm-serve docs)",
+            "max_batch_size 2048, max_num_tokens 8192: the engine's BuildConfig / LLM API defaults "
+            "(tensorrt_llm builder.py; recalled, not re-checked); trtllm-serve lowers the batch to 256 (trtllm-serve "
+            "docs): give --max-num-seqs 256 to model trtllm-serve",
             "enable_chunked_context: assumed on (trtllm-serve pytorch backend)",
             "admission reserves the whole output: the default capacity scheduler policy GUARANTEED_NO_EVICT admits a "
             "request only when its prompt and maximum output fit (TensorRT-LLM docs, scheduler / "
             "CapacitySchedulerPolicy)",
-            "cuda_graph batch 256: assumed: graphs captured up to max_batch_size",
+            "decode launch: assumed cheap at every batch (a TensorRT engine or a captured graph enqueued from C++)",
             "step_overhead 0.4 ms: assumed: C++ batch manager with overlapped scheduling; a guess",
         )),
 }
