@@ -249,3 +249,16 @@ def test_serving_validation_never_loses_a_row(capsys) -> None:
     d = json.loads(out)
     assert d["kind"] == "serving" and len(d["rows"]) == 6
     assert set(d["mape"]) >= {"throughput", "latency"}
+
+
+def test_serving_view_page(tmp_path, capsys) -> None:
+    pytest.importorskip("plotly")
+    from clustertwin.report.views import embedded_data
+    page = tmp_path / "serve.html"
+    code, out, err = run(capsys, "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--num-gpus", "1",
+                         "--num-requests", "30", "--input-len", "256", "--output-len", "16", "--html", str(page))
+    assert code == 0, err
+    d = embedded_data(page.read_text(encoding="utf-8"))
+    rates = [p["request_rate"] for p in d["curve"]]
+    assert rates == sorted(rates) and len(rates) == 7
+    assert set(d["samples"]) == {"ttft_s", "tpot_s", "e2e_latency_s"}

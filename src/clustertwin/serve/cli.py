@@ -158,6 +158,8 @@ def register(app: typer.Typer) -> None:
             disaggregate: Optional[str] = typer.Option(None, "--disaggregate",
                                                        help='prefill:decode replicas, e.g. "1:1" (dp split)'),
             seed: int = typer.Option(0, "--seed", help="seed of the arrival process"),
+            html: Optional[Path] = typer.Option(None, "--html", help="also write a page: latency distributions "
+                                                "and the throughput-latency curve over request rate"),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
         """Simulate LLM serving request by request: throughput, TTFT, TPOT, ITL, end-to-end latency,
         KV-cache capacity, memory per GPU and energy per token."""
@@ -170,10 +172,18 @@ def register(app: typer.Typer) -> None:
                          workload=workload, num_requests=num_requests, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed)
         r = predict_serving(q)
+        if html is not None:
+            from ..report.serving import render_serving_html
+            from .curve import serving_view_data
+            with progress_bar("serving view: request rates", quiet=as_json) as update:
+                data = serving_view_data(q, progress=update)
+            html.write_text(render_serving_html(data), encoding="utf-8")
         if as_json:
             _emit(r.to_json())
             return
         print_all(console, serve_tables(r))
+        if html is not None:
+            console.print(f"wrote {html}")
 
     @app.command("serve-search")
     def serve_search_cmd(
