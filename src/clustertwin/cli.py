@@ -161,13 +161,29 @@ _SUBCOMMAND_MODULES: list[str] = [
 ]
 
 
-def _register_subcommands() -> None:
+# The commands each module defines, so that running one imports only its module (a command not
+# listed here, --help, or no command registers them all).
+_COMMANDS_OF: dict[str, tuple[str, ...]] = {
+    "clustertwin.calibrate.cli": ("calibrate", "measure"),
+    "clustertwin.export.cli": ("trace", "sim"),
+    "clustertwin.reliability.cli": ("goodput",),
+    "clustertwin.report.cli": ("report",),
+    "clustertwin.search.cli": ("search", "sweep"),
+}
+_BUILTIN_COMMANDS = ("describe", "list", "predict", "compare", "validate")
+_registered: set[str] = set()
+
+
+def _register_subcommands(command: str = "") -> None:
+    """Register the subpackages' commands: only the one ``command`` needs when it is known."""
     import importlib
-    for name in _SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register_subcommands()
+    if command in _BUILTIN_COMMANDS:
+        return
+    owners = [m for m in _SUBCOMMAND_MODULES if command and command in _COMMANDS_OF.get(m, ())]
+    for name in owners or _SUBCOMMAND_MODULES:
+        if name not in _registered:
+            importlib.import_module(name).register(app)
+            _registered.add(name)
 
 
 def _one_line(text: str) -> str:
@@ -179,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _state["debug"] = "--debug" in args
     try:
+        _register_subcommands(_cmd(args))
         app(args=args, prog_name="clustertwin", standalone_mode=False)
         return 0
     except ClusterTwinError as e:
