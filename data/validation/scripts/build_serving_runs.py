@@ -272,7 +272,148 @@ def sglang_vs_vllm060() -> list[dict[str, str]]:
     return rows
 
 
-BUILDERS = [trtllm_017_throughput, trtllm_014_online, sglang_vs_vllm060]
+# --------------------------------------------------------------------------------------------------------
+# MLPerf Inference v4.1, closed division (mlcommons/inference_results_v4.1): LoadGen summaries
+# --------------------------------------------------------------------------------------------------------
+MLPERF41_COMMIT = "a2f5d66d17e8f75c02fd74dfe810ecca6a046696"
+MLPERF41_BLOB = "https://github.com/mlcommons/inference_results_v4.1/blob/" + MLPERF41_COMMIT + "/"
+MLPERF_LLAMA_DATASET = ("MLPerf llama2-70b data set: the 24,576 pre-tokenized OpenOrca GPT-4 samples "
+                        "(open_orca_gpt4_tokenized_llama.sampled_24576, the file the harnesses load), variable "
+                        "input and output lengths")
+MLPERF_MIXTRAL_DATASET = ("MLPerf mixtral-8x7b data set: 15,000 samples, 5K each from the validation splits of "
+                          "open_orca_gpt4, GSM8K and MBXP (mlcommons/inference language/mixtral-8x7b/README.md), "
+                          "variable lengths")
+# What the submission's own files say about each system (read from the same commit).
+MLPERF41_SYSTEMS = {
+    "closed/NVIDIA/results/H200-SXM-141GBx8_TRT/llama2-70b": dict(
+        model="llama2-70b", gpu="h200", num_gpus=8, tp=1, dp_replicas=8, engine="trtllm", precision="fp8",
+        submitter="NVIDIA", status="available",
+        max_batch={"Offline": 806, "Server": 896},
+        how=("NVIDIA H200 (8x H200-SXM-141GB, TensorRT), TensorRT 10.2.0, CUDA 12.4 (systems/"
+             "H200-SXM-141GBx8_TRT.json); TensorRT-LLM through NVIDIA's harness, version not stated; configs/"
+             "llama2-70b/{Offline,Server}/__init__.py class H200_SXM_141GBx8 (from H200_SXM_141GBx1): "
+             "tensor_parallelism 1 (so 8 independent replicas), use_fp8 True, gpu_batch_size 806 Offline / 896 "
+             "Server, kvcache_free_gpu_mem_frac 0.90; KV-cache dtype not stated")),
+    "closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/llama2-70b": dict(
+        model="llama2-70b", gpu="h100-sxm", num_gpus=8, tp=2, dp_replicas=4, engine="trtllm", precision="fp8",
+        submitter="NVIDIA", status="available",
+        max_batch={"Offline": 896, "Server": 1024},
+        how=("DGX H100 (8x H100-SXM-80GB), TensorRT-LLM through NVIDIA's harness, version not stated; configs/"
+             "llama2-70b/{Offline,Server}/__init__.py class H100_SXM_80GB_TP2x4: tensor_parallelism 2, 4 "
+             "replicas, use_fp8 True, gpu_batch_size 896 Offline / 1024 Server, kvcache_free_gpu_mem_frac 0.90; "
+             "the 99.9%-accuracy logs are used (the index holds those; the HighAccuracy config class is the "
+             "99% class unchanged); KV-cache dtype not stated")),
+    "closed/NVIDIA/results/B200-SXM-180GBx1_TRT/llama2-70b": dict(
+        model="llama2-70b", gpu="b200", num_gpus=1, tp=1, dp_replicas=1, engine="trtllm", precision="",
+        submitter="NVIDIA", status="preview",
+        max_batch={},
+        how=("NVIDIA B200 (1x B200-SXM-180GB, TensorRT), TGP 1000 W, status preview, TensorRT 10.1.0, CUDA 12.7, "
+             "private git hashes of code and TRT-LLM (systems/B200-SXM-180GBx1_TRT.json); its config is not "
+             "in the published code, so weight precision (NVIDIA's v4.1 blog speaks of FP4 inference on "
+             "Blackwell; not confirmed in the submission files read), batch size and KV-cache dtype are "
+             "unknown; the Server figures are from the 99.9%-accuracy log, the Offline ones from the 99% log")),
+    "closed/NVIDIA/results/H200-SXM-141GBx8_TRT/mixtral-8x7b": dict(
+        model="mixtral-8x7b", gpu="h200", num_gpus=8, tp="", dp_replicas="", engine="trtllm", precision="",
+        submitter="NVIDIA", status="available",
+        max_batch={},
+        how=("NVIDIA H200 (8x H200-SXM-141GB, TensorRT), TensorRT 10.2.0, CUDA 12.4; configs/mixtral-8x7b/"
+             "__init__.py gives precision fp16 for activations and max_num_tokens 16384 but the per-scenario "
+             "configs (parallelism, quantization, batch size) are not in the index: tp, replicas and weight "
+             "precision unknown")),
+    "closed/AMD/results/8xMI300X_2xEPYC-9374F/llama2-70b": dict(
+        model="llama2-70b", gpu="mi300x", num_gpus=8, tp=1, dp_replicas=8, engine="vllm",
+        engine_version="0.4.3+rocm614", precision="fp8", kv_cache_dtype="fp8",
+        submitter="AMD", status="available", max_batch={},
+        how=("Supermicro AS-8125GS-TNMR2, 8x AMD Instinct MI300X-NPS1-SPX-192GB-750W, 2x EPYC 9374F; framework "
+             "'vLLM 0.4.3+rocm614, PyTorch 2.3.0, ROCm 6.1.2' (systems/8xMI300X_2xEPYC-9374F.json); AMD's "
+             "harness scripts (code/llama2-70b-99.9/test_VllmFp8) run TP=1, DP=8, --quantization fp8 "
+             "(Quark w_fp8_a_fp8_o_fp8), --kv-cache-dtype fp8; max batch not stated")),
+    "closed/AMD/results/8xMI300X_2xEPYC-TURIN/llama2-70b": dict(
+        model="llama2-70b", gpu="mi300x", num_gpus=8, tp=1, dp_replicas=8, engine="vllm",
+        engine_version="0.4.3+rocm614", precision="fp8", kv_cache_dtype="fp8",
+        submitter="AMD", status="preview", max_batch={},
+        how=("Supermicro AS-8125GS-TNMR2, 8x AMD Instinct MI300X-NPS1-SPX-192GB-750W, 2x next-generation EPYC "
+             "'TURIN' (status preview because of the CPU); framework 'vLLM 0.4.3+rocm614, PyTorch 2.3.0, "
+             "ROCm 6.1.2'; harness TP=1, DP=8, FP8 weights and activations, FP8 KV cache; max batch not stated")),
+    "closed/AMD/results/1xMI300X_2xEPYC-9374F/llama2-70b": dict(
+        model="llama2-70b", gpu="mi300x", num_gpus=1, tp=1, dp_replicas=1, engine="vllm",
+        engine_version="0.4.3+rocm614", precision="fp8", kv_cache_dtype="fp8",
+        submitter="AMD", status="available", max_batch={},
+        how=("1x AMD Instinct MI300X 192GB, 2x EPYC 9374F, vLLM 0.4.3+rocm614; harness TP=1, FP8 weights and "
+             "activations, FP8 KV cache; the 99.9%-accuracy logs (the index holds those for this system; AMD "
+             "ran the same FP8 model for both accuracy targets); max batch not stated")),
+}
+
+
+def _mlperf_blocks(path: Path) -> list[tuple[str, dict[str, str]]]:
+    blocks: list[tuple[str, dict[str, str]]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            blocks.append((line[4:].strip(), {}))
+        elif ":" in line and blocks and not line.startswith("<!--"):
+            key, value = line.split(":", 1)
+            blocks[-1][1][key.strip()] = value.strip()
+    return blocks
+
+
+def _ns_to_s(text: str) -> str:
+    from decimal import Decimal
+    return format((Decimal(text) / Decimal(10**9)).normalize(), "f")
+
+
+def mlperf_inference_v41() -> list[dict[str, str]]:
+    rows = []
+    for path, stats in _mlperf_blocks(SOURCES_DIR / "mlperf_inference_v4.1.md"):
+        key = next(k for k in MLPERF41_SYSTEMS if path.startswith(k))
+        meta = MLPERF41_SYSTEMS[key]
+        scenario = stats["Scenario"]
+        assert stats["Result is"] == "VALID", path
+        model = meta["model"]
+        dataset = MLPERF_LLAMA_DATASET if model == "llama2-70b" else MLPERF_MIXTRAL_DATASET
+        system = path.split("/")[3]
+        bench = path.split("/")[4]
+        run_id = f"mlperf4.1-{meta['submitter'].lower()}-{system}-{bench}-{scenario.lower()}"
+        fields = dict(source=f"MLPerf Inference v4.1 Datacenter, closed division, submitter {meta['submitter']}, "
+                             f"system {system}, benchmark {bench}, scenario {scenario} (status {meta['status']})",
+                      source_url=MLPERF41_BLOB + path, gpu=meta["gpu"], num_gpus=meta["num_gpus"], tp=meta["tp"],
+                      pp=1 if meta["tp"] != "" else "", dp_replicas=meta["dp_replicas"], engine=meta["engine"],
+                      engine_version=meta.get("engine_version", ""), precision=meta["precision"],
+                      kv_cache_dtype=meta.get("kv_cache_dtype", ""),
+                      dataset="openorca" if model == "llama2-70b" else "mlperf-mixtral",
+                      max_batch=meta["max_batch"].get(scenario, ""))
+        base = (f"MLPerf LoadGen mlperf_log_summary.txt ({path}); {meta['how']}; {dataset}; "
+                f"performance_sample_count {stats['performance_sample_count']}; ")
+        if scenario == "Offline":
+            fields.update(workload="offline", num_requests=stats["samples_per_query"])
+            base += (f"Offline scenario: one query of samples_per_query {stats['samples_per_query']} samples issued "
+                     f"at once (target_qps {stats['target_qps']} only sizes the query)")
+            rows.append(_row(run_id, model, "output_tokens_per_s", stats["Tokens per second"],
+                             base + "; 'Tokens per second' (output tokens, whole system)", **fields))
+            rows.append(_row(run_id, model, "requests_per_s", stats["Samples per second"],
+                             base + "; 'Samples per second'", **fields))
+        else:
+            fields.update(workload="poisson", request_rate=stats["target_qps"])
+            base += (f"Server scenario: LoadGen issues single-sample queries with Poisson arrivals at target_qps "
+                     f"{stats['target_qps']} (scheduled {stats['Scheduled samples per second']}/s), for at least "
+                     f"{int(stats['min_duration (ms)']) // 1000} s (number of requests not in the summary); "
+                     f"latency constraints TTFT p99 <= 2 s, TPOT p99 <= 200 ms, met (VALID)")
+            rows.append(_row(run_id, model, "output_tokens_per_s", stats["Completed tokens per second"],
+                             base + "; 'Completed tokens per second' (output tokens, whole system)", **fields))
+            rows.append(_row(run_id, model, "requests_per_s", stats["Completed samples per second"],
+                             base + "; 'Completed samples per second'", **fields))
+            for metric, label in [("e2e_latency_mean_s", "Mean latency (ns)"),
+                                  ("ttft_mean_s", "Mean First Token latency (ns)"),
+                                  ("ttft_p50_s", "50.00 percentile first token latency (ns)"),
+                                  ("tpot_mean_s", "Mean Time to Output Token (ns)"),
+                                  ("tpot_p50_s", "50.00 percentile time to output token (ns)")]:
+                rows.append(_row(run_id, model, metric, _ns_to_s(stats[label]),
+                                 base + f"; '{label}' converted to seconds (LoadGen's time to output token is "
+                                        f"per sample (latency - TTFT) / (output tokens - 1), the schema's TPOT)",
+                                 **fields))
+    return rows
+
+
+BUILDERS = [trtllm_017_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41]
 
 
 def build() -> list[dict[str, str]]:
