@@ -413,7 +413,68 @@ def mlperf_inference_v41() -> list[dict[str, str]]:
     return rows
 
 
-BUILDERS = [trtllm_017_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41]
+# --------------------------------------------------------------------------------------------------------
+# TensorRT-LLM performance overview, release 1.0 page (PyTorch backend, FP8 and FP4 checkpoints)
+# --------------------------------------------------------------------------------------------------------
+TRT10_COMMIT = "00f37686aa854010d68bcbd0f4ab000221541ca6"
+TRT10_URL = ("https://github.com/NVIDIA/TensorRT-LLM/blob/" + TRT10_COMMIT
+             + "/docs/source/performance/perf-overview.md")
+TRT10_SRC = ("NVIDIA TensorRT-LLM docs, Performance Overview (perf-overview.md, release 1.0 page), "
+             "'Throughput Measurements' tables")
+TRT10_MODELS = {"Llama 3.3 70B": ("llama3-70b", "nvidia/Llama-3.3-70B-Instruct-FP4 / -FP8"),
+                "Qwen3-235B-A22B": ("qwen3-235b-a22b", "nvidia/Qwen3-235B-A22B-FP4 / -FP8"),
+                "Qwen3-30B-A3B": ("qwen3-30b-a3b", "nvidia/Qwen3-30B-A3B-FP4"),
+                "Llama 3.1 405B": ("llama3.1-405b", "nvidia/Llama-3.1-405B-Instruct-FP4 / -FP8"),
+                "Llama 3.1 8B": ("llama3-8b", "nvidia/Llama-3.1-8B-Instruct-FP8")}
+TRT10_GPUS = {"B200": "b200", "H200": "h200", "H100": "h100-sxm", "GB200": None}
+
+
+def trtllm_10_throughput() -> list[dict[str, str]]:
+    rows = []
+    model = checkpoints = None
+    columns: list[tuple[str | None, int, str, str]] = []
+    for line in (SOURCES_DIR / "trtllm_v1.0_perf_overview_throughput.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("#### "):
+            model, checkpoints = TRT10_MODELS[line[5:].strip()]
+            continue
+        if not line.startswith("|") or line.startswith("|---"):
+            continue
+        cells = _cells(line)
+        if cells[0].startswith("Sequence Length"):
+            columns = []
+            for head in cells[1:]:
+                gpu_text, rest = head.split("<br/>")
+                tp_text, prec_text = rest.split(" ")
+                columns.append((TRT10_GPUS[gpu_text], int(tp_text[2:]), prec_text.strip("()"), head))
+            continue
+        isl, osl = (int(x) for x in cells[0].split("/"))
+        for (gpu, tp, prec, head), cell in zip(columns, cells[1:]):
+            if gpu is None or not cell:
+                continue
+            moe = "moe_experts" in MODELS[model]
+            precision = {"FP4": "nvfp4", "FP8": "fp8"}[prec]
+            notes = (f"TensorRT-LLM 1.0 perf overview, table of "
+                     f"{[k for k, v in TRT10_MODELS.items() if v[0] == model][0]}, column "
+                     f"'{head.replace('<br/>', ' ')}', ISL/OSL {isl}/{osl}; value = 'Total Output Throughput "
+                     f"(tokens/sec)' of the whole TP group (the page: 'The reported metric is Total Output "
+                     f"Throughput'); trtllm-bench throughput with the PyTorch backend, offline maximum-throughput "
+                     f"scenario (requests queued in rapid succession), synthetic dataset with stdev 0 (every "
+                     f"request exactly ISL in, OSL out), num_requests from the page's dataset table; NVIDIA "
+                     f"ModelOpt checkpoints {checkpoints} ({prec}; FP4 = NVFP4); CUDA graphs with padding, batch "
+                     f"sizes up to 8192 captured; kv_cache_free_gpu_mem_fraction 0.95 in many cases (0.90 or lower "
+                     f"on OOM); KV-cache dtype not stated (the checkpoint's default); max batch size and max num "
+                     f"tokens not stated"
+                     + ("; MoE run with trtllm-bench --tp/--ep and attention data parallelism enabled "
+                        "(enable_attention_dp), ep size not stated" if moe else ""))
+            rows.append(_row(
+                f"trtllm1.0-{model}-{gpu}-tp{tp}-{precision}-{isl}-{osl}", model, "output_tokens_per_s",
+                _num(cell), notes, source=TRT10_SRC, source_url=TRT10_URL, gpu=gpu, num_gpus=tp, tp=tp, pp=1,
+                dp_replicas=1, engine="trtllm", engine_version="1.0", precision=precision, workload="offline",
+                input_len=isl, output_len=osl, num_requests=TRT_NUM_REQUESTS[(isl, osl)]))
+    return rows
+
+
+BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41]
 
 
 def build() -> list[dict[str, str]]:
