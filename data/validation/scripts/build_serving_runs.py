@@ -474,7 +474,66 @@ def trtllm_10_throughput() -> list[dict[str, str]]:
     return rows
 
 
-BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41]
+# --------------------------------------------------------------------------------------------------------
+# AMD's ROCm vLLM image on MI300X (ROCm/vllm docs/dev-docker/README.md): offline throughput, static latency
+# --------------------------------------------------------------------------------------------------------
+ROCM_COMMIT = "040de12d45c16d6de6ad386cc57dd68b8c5b805e"
+ROCM_URL = "https://github.com/ROCm/vllm/blob/" + ROCM_COMMIT + "/docs/dev-docker/README.md"
+ROCM_SRC = ("AMD, ROCm/vllm docs/dev-docker/README.md ('vllm FP8 Latency and Throughput benchmarks with vLLM on "
+            "the AMD Instinct MI300X accelerator', image rocm6.4.1_vllm_0.10.0_20250812), Performance Results")
+ROCM_MODELS = {"Llama 3.1 70B (amd/Llama-3.1-70B-Instruct-FP8-KV)": "llama3-70b",
+               "Llama 3.1 405B (amd/Llama-3.1-405B-Instruct-FP8-KV)": "llama3.1-405b"}
+ROCM_HOST = ("Supermicro AS-8125GS-TNMR2, 2x AMD EPYC 9554, 8x AMD Instinct MI300X (192GiB, 750W), amdgpu "
+             "driver 6.8.5; image with ROCm 6.4.1, vLLM v0.10.0, PyTorch 2.7; the page: 'Benchmarks were run "
+             "with benchmark scripts from v0.8.5'; checkpoint {ckpt} (Quark FP8 weights and activations, FP8 "
+             "KV-cache scales)")
+
+
+def rocm_vllm_mi300x() -> list[dict[str, str]]:
+    rows = []
+    section = model = ckpt = None
+    for line in (SOURCES_DIR / "rocm_vllm_dev_docker_mi300x.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            section = line[4:].strip()
+            continue
+        if not line.startswith("|") or line.startswith("|---") or line.startswith("| Model"):
+            continue
+        cells = _cells(line)
+        if cells[0]:
+            model = ROCM_MODELS[cells[0]]
+            ckpt = cells[0].split("(")[1].rstrip(")")
+        host = ROCM_HOST.format(ckpt=ckpt)
+        fields = dict(source=ROCM_SRC, source_url=ROCM_URL, gpu="mi300x", num_gpus=8, tp=8, pp=1, dp_replicas=1,
+                      engine="vllm", engine_version="0.10.0", precision="fp8")
+        if section == "Throughput Measurements":
+            isl, osl, prompts, max_seqs, value = (_num(c) for c in cells[3:8])
+            notes = (f"Throughput Measurements table, {ckpt}, TP 8, input {isl}, "
+                     f"output {osl}, {prompts} prompts, max-num-seqs {max_seqs}; {host}; "
+                     f"benchmark_throughput.py (offline, all prompts at once, random prompts of exactly the "
+                     f"lengths) with --kv-cache-dtype fp8 --dtype float16 --max-model-len 8192 "
+                     f"--max-num-batched-tokens 131072 --gpu-memory-utilization 0.9; the table's 'Throughput "
+                     f"(tokens/s)' does not say which of the script's total or output tokens/s it is: read as "
+                     f"output tokens/s because its ratio between the 128/2048 and 2048/2048 rows (1.77 for 70B, "
+                     f"1.78 for 405B) is that of output-token throughput in the other sources (TensorRT-LLM's "
+                     f"H200 TP8 tables: 1.8-2.0), where total tokens/s would give 3.3")
+            rows.append(_row(f"rocm-vllm0.10-{model}-mi300x-tp8-{isl}-{osl}-offline", model, "output_tokens_per_s",
+                             value, notes, workload="offline", input_len=isl, output_len=osl, kv_cache_dtype="fp8",
+                             num_requests=prompts, max_batch=max_seqs, **fields))
+        else:
+            batch, isl, osl, value = (_num(c) for c in cells[3:7])
+            notes = (f"Latency Measurements table, TP 8, batch size {batch}, input {isl}, output {osl}, "
+                     f"'MI300X Latency (sec)'; {host}; benchmark_latency.py: one batch of {batch} identical "
+                     f"random prompts prefilled and decoded together (workload static), mean over 5 iterations "
+                     f"after 3 warm-up ones, --dtype float16 --gpu-memory-utilization 0.9; the latency command "
+                     f"does not pass --kv-cache-dtype fp8, so the KV cache is the engine default")
+            rows.append(_row(f"rocm-vllm0.10-{model}-mi300x-tp8-bs{batch}-{isl}-{osl}-static", model,
+                             "e2e_latency_mean_s", value, notes, workload="static", input_len=isl, output_len=osl,
+                             max_batch=batch, **fields))
+    return rows
+
+
+BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41,
+            rocm_vllm_mi300x]
 
 
 def build() -> list[dict[str, str]]:
