@@ -532,8 +532,88 @@ def rocm_vllm_mi300x() -> list[dict[str, str]]:
     return rows
 
 
+# --------------------------------------------------------------------------------------------------------
+# TensorRT-LLM static-batch figures (gptSessionBenchmark era): performance.md (v0.6.1 / v0.5) and the H200
+# launch blog (v0.5)
+# --------------------------------------------------------------------------------------------------------
+TRT06_COMMIT = "138f96d45f90b9667426f7c47297d8c06bafac73"
+TRT06_URL = "https://github.com/NVIDIA/TensorRT-LLM/blob/" + TRT06_COMMIT + "/docs/source/performance.md"
+TRT06_SRC = "NVIDIA TensorRT-LLM docs, 'Performance of TensorRT-LLM' (docs/source/performance.md, v0.6.1 / v0.5 data)"
+H200_COMMIT = "1555478c1b417a0b34de05209862ea5a2ab9add1"
+H200_URL = "https://github.com/NVIDIA/TensorRT-LLM/blob/" + H200_COMMIT + "/docs/source/blogs/H200launch.md"
+H200_SRC = ("NVIDIA TensorRT-LLM blog 'H200 achieves nearly 12,000 tokens/sec on Llama2-13B with TensorRT-LLM' "
+            "(docs/source/blogs/H200launch.md), table 'H200 FP8 Max throughput'")
+TRT_STATIC_MODELS = {"LLaMA 7B": "llama2-7b", "LLaMA 70B": "llama2-70b", "llama_13b": "llama2-13b",
+                     "llama_70b": "llama2-70b"}
+STATIC_METHOD = ("static batching: gptSessionBenchmark runs one batch of `Batch Size` identical requests "
+                 "(prefill, then decode together; the page's reproduction commands), so workload static with "
+                 "max_batch = the batch size; the Llama models are Llama 2 (the page builds Llama2-7b and "
+                 "Llama2-70b engines)")
+
+
+def trtllm_static() -> list[dict[str, str]]:
+    rows = []
+    section = gpu_heading = version = ""
+    for line in (SOURCES_DIR / "trtllm_v0.6_performance_static.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+            version = "0.6.1" if section == "Peak Throughput" else "0.5"
+            continue
+        if line.startswith("### "):
+            gpu_heading = line[4:].strip()
+            continue
+        if not line.startswith("|") or line.startswith("| :") or line.startswith("| Model"):
+            continue
+        cells = _cells(line)
+        model = TRT_STATIC_MODELS[cells[0]]
+        batch, tp = int(cells[1]), int(cells[2])
+        h100 = gpu_heading.startswith("H100")
+        gpu, precision = ("h100-sxm", "fp8") if h100 else ("a100-80gb", "fp16")
+        fields = dict(source=TRT06_SRC, source_url=TRT06_URL, gpu=gpu, num_gpus=tp, tp=tp, pp=1, dp_replicas=1,
+                      engine="trtllm", engine_version=version, precision=precision,
+                      kv_cache_dtype="fp8" if h100 else "fp16", workload="static", max_batch=batch)
+        build = ("engines built with --enable_fp8 --fp8_kv_cache (FP8 weights/compute and KV cache)" if h100 else
+                 "A100: the FP8 options removed from the build (FP16 weights and KV cache)")
+        if section == "Peak Throughput":
+            isl, osl, value = int(cells[3]), int(cells[4]), _num(cells[5])
+            per_gpu = "/GPU" in line or h100
+            if not per_gpu and tp > 1:
+                # The A100 table's header says 'out tok/s' where the H100 one says 'out tok/s/GPU': whether a
+                # TP>1 A100 figure is per GPU or per TP group is ambiguous, so those rows are not used.
+                continue
+            notes = (f"Peak Throughput, {gpu_heading} table (data of v0.6.1), {cells[0]}, batch {batch}, TP {tp}, "
+                     f"ISL/OSL {isl}/{osl}; {STATIC_METHOD}; {build}; column "
+                     f"{'Throughput (out tok/s/GPU)' if h100 else 'Throughput (out tok/s), TP 1 so also per GPU'}")
+            rows.append(_row(f"trtllm{version}-static-{model}-{gpu}-tp{tp}-bs{batch}-{isl}-{osl}", model,
+                             "output_tokens_per_s_per_gpu", value, notes, input_len=isl, output_len=osl,
+                             **fields))
+        else:
+            isl = int(cells[3])
+            notes = (f"Low Latency, {gpu_heading} table (data of v0.5), {cells[0]}, batch 1, TP {tp}, input {isl}, "
+                     f"'1st Token Latency (ms)' converted to seconds; measured by running the engine with a single "
+                     f"output token (the page's 'Reproducing First Token Latency'), so output_len 1 and TTFT = the "
+                     f"whole request; {build}; printed to whole milliseconds")
+            rows.append(_row(f"trtllm{version}-static-{model}-{gpu}-tp{tp}-bs1-{isl}-1", model, "ttft_mean_s",
+                             _ms_to_s(cells[4]), notes, input_len=isl, output_len=1, **fields))
+    for cells in _pipe_rows(SOURCES_DIR / "trtllm_blog_h200launch.md"):
+        if cells[0].startswith(":") or cells[0].startswith("Model"):
+            continue
+        model = TRT_STATIC_MODELS[cells[0]]
+        batch, tp, isl, osl, value = int(cells[1]), int(cells[2]), int(cells[3]), int(cells[4]), _num(cells[5])
+        notes = (f"H200 FP8 Max throughput table, {cells[0]} (Llama 2, the blog's title names Llama2-13B), batch "
+                 f"{batch} (the largest power of 2 that fits), TP {tp}, ISL/OSL {isl}/{osl}, 'Throughput (out "
+                 f"tok/s/GPU)'; TensorRT-LLM v0.5.0, TensorRT 9.1.0.4, FP8, 'preliminary measured performance'; "
+                 f"v0.5 benchmarks ran static batches (gptSessionBenchmark): workload static, max_batch = batch; "
+                 f"KV-cache dtype not stated")
+        rows.append(_row(f"trtllm0.5-h200blog-{model}-h200-tp{tp}-bs{batch}-{isl}-{osl}", model,
+                         "output_tokens_per_s_per_gpu", value, notes, source=H200_SRC, source_url=H200_URL,
+                         gpu="h200", num_gpus=tp, tp=tp, pp=1, dp_replicas=1, engine="trtllm", engine_version="0.5.0",
+                         precision="fp8", workload="static", input_len=isl, output_len=osl, max_batch=batch))
+    return rows
+
+
 BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41,
-            rocm_vllm_mi300x]
+            rocm_vllm_mi300x, trtllm_static]
 
 
 def build() -> list[dict[str, str]]:
