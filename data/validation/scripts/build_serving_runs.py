@@ -612,8 +612,70 @@ def trtllm_static() -> list[dict[str, str]]:
     return rows
 
 
+# --------------------------------------------------------------------------------------------------------
+# TensorRT-LLM DeepSeek-R1 best-practice blog: closed-loop (concurrency) max-throughput runs on B200 and H200
+# --------------------------------------------------------------------------------------------------------
+DSR1_COMMIT = "01c4ece911eb569e72cf4177f83238a0520641c2"
+DSR1_URL = ("https://github.com/NVIDIA/TensorRT-LLM/blob/" + DSR1_COMMIT
+            + "/docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md")
+DSR1_SRC = "NVIDIA TensorRT-LLM blog 'How to get best performance on DeepSeek-R1 in TensorRT LLM'"
+DSR1_RUNS = {
+    "B200 max-throughput for R1 with FP16 KV cache": dict(
+        gpu="b200", precision="nvfp4", kv_cache_dtype="bf16", concurrency=3072, num_requests=49152, max_batch=384,
+        what=("nvidia/DeepSeek-R1-FP4 (NVFP4 weights); the heading says 'FP16 KV cache', the page elsewhere "
+              "compares FP8 KV with 'BF16 KV cache', so the 16-bit KV cache is read as bf16; reproduced with "
+              "TensorRT LLM commit b6261862419c33d6ce2313aff1e7116067d6037d; --max_batch_size 384 (per rank) "
+              "--max_num_tokens 1536 --kv_cache_free_gpu_mem_fraction 0.85")),
+    "H200 max-throughput": dict(
+        gpu="h200", precision="fp8", kv_cache_dtype="", concurrency=1024, num_requests=5120, max_batch=128,
+        what=("deepseek-ai/DeepSeek-R1 (its native FP8 block-scaled weights); KV-cache dtype not stated; "
+              "TensorRT-LLM version not stated; the text says the 5,120 requests are 'from real dataset' but "
+              "the page's command generates a synthetic 1024/2048 dataset with stdev 0, which is what the rows "
+              "assume; CUDA graphs for batch 128; --max_batch_size 128 (per rank) --max_num_tokens 1151 "
+              "--kv_cache_free_gpu_mem_fraction 0.8")),
+}
+DSR1_METRICS = [("requests_per_s", "Request Throughput (req/sec)", None),
+                ("output_tokens_per_s", "Total Output Throughput (tokens/sec)", None),
+                ("total_tokens_per_s", "Total Token Throughput (tokens/sec)", None),
+                ("output_tokens_per_s_per_gpu", "Per GPU Output Throughput (tps/gpu)", None),
+                ("output_tokens_per_s_per_gpu", "Per GPU Output Throughput (tokens/sec/gpu)", None),
+                ("e2e_latency_mean_s", "Average request latency (ms)", "ms")]
+
+
+def trtllm_deepseek_r1() -> list[dict[str, str]]:
+    rows = []
+    blocks: list[tuple[str, dict[str, str]]] = []
+    for line in (SOURCES_DIR / "trtllm_blog_deepseek_r1_best_perf.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            blocks.append((line[4:].strip(), {}))
+        elif blocks and ":" in line and "(" in line.split(":")[0]:
+            key, value = line.split(":", 1)
+            blocks[-1][1][key.strip()] = value.strip()
+    for heading, stats in blocks:
+        run = DSR1_RUNS[heading]
+        run_id = f"trtllm-dsr1blog-deepseek-v3-{run['gpu']}-tp8-ep8-c{run['concurrency']}-1024-2048"
+        base = (f"DeepSeek-R1 (the catalog's deepseek-v3 dimensions: same architecture), section '{heading}', "
+                f"'Expected Result Format' output of trtllm-bench throughput (the page: 'the perf might be "
+                f"different from different datasets and machines'); --tp 8 --ep 8 with enable_attention_dp "
+                f"(attention data-parallel over the 8 GPUs, each rank its own batch; MoE expert-parallel 8); "
+                f"--concurrency {run['concurrency']} (closed loop) --num_requests {run['num_requests']}; "
+                f"synthetic token-norm-dist dataset 1024 in / 2048 out, stdev 0; {run['what']}")
+        fields = dict(source=f"{DSR1_SRC}, section '{heading}'", source_url=DSR1_URL, gpu=run["gpu"], num_gpus=8,
+                      tp=8, pp=1, ep=8, dp_replicas=1, engine="trtllm", precision=run["precision"],
+                      kv_cache_dtype=run["kv_cache_dtype"], workload="concurrency", input_len=1024,
+                      output_len=2048, concurrency=run["concurrency"], num_requests=run["num_requests"],
+                      max_batch=run["max_batch"])
+        for metric, label, unit in DSR1_METRICS:
+            if label not in stats:
+                continue
+            value = _ms_to_s(stats[label]) if unit == "ms" else _num(stats[label])
+            note = base + f"; '{label}'" + (" converted to seconds" if unit == "ms" else "")
+            rows.append(_row(run_id, "deepseek-v3", metric, value, note, **fields))
+    return rows
+
+
 BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41,
-            rocm_vllm_mi300x, trtllm_static]
+            rocm_vllm_mi300x, trtllm_static, trtllm_deepseek_r1]
 
 
 def build() -> list[dict[str, str]]:
