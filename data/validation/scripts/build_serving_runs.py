@@ -674,8 +674,56 @@ def trtllm_deepseek_r1() -> list[dict[str, str]]:
     return rows
 
 
+# --------------------------------------------------------------------------------------------------------
+# SGLang v0.4.1, DeepSeek-V3 on 8xH200 (sgl-project/sglang benchmark/benchmark_dsv3/README.md, DataCrunch)
+# --------------------------------------------------------------------------------------------------------
+DSV3_COMMIT = "26db155e335cd6e00d6f1ec161a3fc4c65dae4c0"
+DSV3_URL = "https://github.com/sgl-project/sglang/blob/" + DSV3_COMMIT + "/benchmark/benchmark_dsv3/README.md"
+DSV3_SRC = ("SGLang repository, benchmark/benchmark_dsv3/README.md ('Benchmark for SGLang v0.4.1 - DeepSeek v3 on "
+            "Different H200 configurations', measured by DataCrunch, logs in datacrunch-research/h200-benchmarks)")
+
+
+def sglang_dsv3_h200() -> list[dict[str, str]]:
+    rows = []
+    variant = launch = ""
+    for line in (SOURCES_DIR / "sglang_benchmark_dsv3_h200.md").read_text(encoding="utf-8").splitlines():
+        if line.startswith("### "):
+            variant = line[4:].strip()
+            continue
+        if line.startswith("launch: "):
+            launch = line[len("launch: "):]
+            continue
+        if not line.startswith("|") or line.startswith("| ---") or line.startswith("| RPS"):
+            continue
+        rps, prompts, _e2e, ttft, tpot, _itl, out_tput = _cells(line)
+        fp8 = variant == "FP8"
+        precision_note = (
+            "--quantization fp8 --kv-cache-dtype fp8_e5m2: FP8 weights and an FP8 (e5m2) KV cache" if fp8 else
+            "the page labels this run BF16, but it launches deepseek-ai/DeepSeek-V3 (whose published weights are "
+            "FP8 block-quantized) with no dtype or quantization flag: weight precision left unknown, KV cache at "
+            "the engine default")
+        notes = (f"DeepSeek V3 on 8xH200 (single-node), {variant} table, RPS {rps}, {prompts} prompts; SGLang v0.4.1 "
+                 f"(lmsysorg/sglang docker image); launch: {launch}; --tp 8 with --enable-dp-attention "
+                 f"(attention data-parallel, MoE over the 8 GPUs); {precision_note}; client sglang.bench_serving "
+                 f"--dataset-name random --random-range-ratio 1 --random-input 1024 --random-output 1024 "
+                 f"(every request 1024 in, 1024 out) --request-rate {rps} (Poisson arrivals)")
+        fields = dict(source=DSV3_SRC, source_url=DSV3_URL, gpu="h200", num_gpus=8, tp=8, pp=1, dp_replicas=1,
+                      engine="sglang", engine_version="0.4.1", precision="fp8" if fp8 else "",
+                      kv_cache_dtype="fp8" if fp8 else "", workload="poisson", input_len=1024, output_len=1024,
+                      request_rate=rps, num_requests=prompts)
+        run_id = f"sgl0.4.1-dsv3-deepseek-v3-h200-tp8-{variant.lower()}-rps{rps}"
+        rows.append(_row(run_id, "deepseek-v3", "ttft_p50_s", _ms_to_s(ttft),
+                         notes + "; Median TTFT (ms) converted to seconds", **fields))
+        rows.append(_row(run_id, "deepseek-v3", "tpot_p50_s", _ms_to_s(tpot),
+                         notes + "; Median TPOT (ms) converted to seconds", **fields))
+        rows.append(_row(run_id, "deepseek-v3", "output_tokens_per_s", _num(out_tput),
+                         notes + "; Output token throughput (tok/s)", **fields))
+    return rows
+
+
 BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41,
-            rocm_vllm_mi300x, trtllm_static, trtllm_deepseek_r1]
+            rocm_vllm_mi300x, trtllm_static, trtllm_deepseek_r1,
+            sglang_dsv3_h200]
 
 
 def build() -> list[dict[str, str]]:
