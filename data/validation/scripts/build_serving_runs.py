@@ -721,9 +721,96 @@ def sglang_dsv3_h200() -> list[dict[str, str]]:
     return rows
 
 
+# --------------------------------------------------------------------------------------------------------
+# dstack: DeepSeek-R1 on 8xH200 and 8xMI300X with SGLang, vLLM and TensorRT-LLM (raw CSVs, copied verbatim)
+# --------------------------------------------------------------------------------------------------------
+DSTACK_COMMIT = "7f37e6697725e58dd09b9ef190b62ce19f01d45e"
+DSTACK_BLOB = "https://github.com/dstackai/benchmarks/blob/" + DSTACK_COMMIT + "/Deepseek-R1/"
+DSTACK_SRC = ("dstack, 'Evaluate DeepSeek-R1 Inference performance with SgLang, vLLM and TensorRT-LLM on 8xH200 and "
+              "8xMi300x' (dstackai/benchmarks Deepseek-R1/), raw_data/{}")
+DSTACK_GPU = {"h200": "h200", "mi300x": "mi300x", "mi300": "mi300x"}
+DSTACK_ENGINE = {"sglang": "sglang", "vllm": "vllm", "trt-llm": "trtllm"}
+# Engine versions and launch commands from Deepseek-R1/README.md ('Environment' and 'dstack Task').
+DSTACK_STACK = {
+    ("h200", "sglang"): ("0.4.3.post2", 1, "lmsysorg/sglang image, sglang.launch_server --model deepseek-ai/DeepSeek-R1 "
+                         "--tp 8 --trust-remote-code --enable-dp-attention (attention data-parallel)"),
+    ("mi300x", "sglang"): ("0.4.2.post4", 1, "rocm/sglang-staging:20250212 image, sglang.launch_server --tp 8 "
+                           "--trust-remote-code"),
+    ("h200", "vllm"): ("0.7.4.dev181+gf35f8e22", 1, "vllm serve deepseek-ai/DeepSeek-R1 --trust-remote-code "
+                       "--tensor-parallel-size 8, VLLM_ATTENTION_BACKEND=FLASHMLA"),
+    ("mi300x", "vllm"): ("0.7.3.dev138+g21f6ca217", 1, "rocm/vllm-dev:vllm-ds3-staging-0217 image, vllm serve "
+                         "--tensor-parallel-size 8 --trust-remote-code --max-model-len 32768"),
+    ("h200", "trtllm"): ("0.17.post1.dev", 4, "trtllm-serve --backend pytorch --max_batch_size 512 --max_num_tokens "
+                         "16384 --max_seq_len 16384 --tp_size 8 --ep_size 4 (image built from TensorRT-LLM commit "
+                         "9b931c0f6305aefa3660e6fb84a76a42c0eef167)"),
+}
+DSTACK_FP8 = ("deepseek-ai/DeepSeek-R1 is published with FP8 (e4m3, 128x128 block-scaled) weights and is served as "
+              "such when no quantization flag is given")
+
+
+def dstack_deepseek_r1() -> list[dict[str, str]]:
+    rows = []
+    with (SOURCES_DIR / "dstack_deepseek_r1_online_results.csv").open(encoding="utf-8-sig", newline="") as f:
+        online = list(csv.DictReader(f))
+    for r in online:
+        if r["dataset_name"] != "random":
+            continue  # generated-shared-prefix runs measure prefix caching, which the schema cannot state
+        gpu, engine = DSTACK_GPU[r["GPU"]], DSTACK_ENGINE[r["backend"]]
+        version, ep, launch = DSTACK_STACK[(gpu, engine)]
+        isl, osl, conc = int(r["random_input_len"]), int(r["random_output_len"]), int(r["max_concurrency"])
+        completed = int(r["completed"])
+        notes = (f"raw_data/online_results.csv row GPU={r['GPU']}, backend={r['backend']}, max_concurrency={conc}, "
+                 f"random {isl}/{osl} with random_range_ratio 1 (every prompt exactly {isl} in, {osl} out, "
+                 f"ignore_eos), {completed} of 500 prompts completed; client: dstack's copy of sglang bench_serving "
+                 f"(--max-concurrency {conc}, no request rate: closed loop); server: {launch}; {DSTACK_FP8}; "
+                 f"KV cache at the engine default")
+        fields = dict(source=DSTACK_SRC.format("online_results.csv"),
+                      source_url=DSTACK_BLOB + "raw_data/online_results.csv", gpu=gpu, num_gpus=8, tp=8, pp=1,
+                      ep=ep if ep > 1 else "", dp_replicas=1, engine=engine, engine_version=version, precision="fp8",
+                      workload="concurrency", input_len=isl, output_len=osl, concurrency=conc, num_requests=500)
+        run_id = f"dstack-dsr1-{engine}-{gpu}-tp8-c{conc}-{isl}-{osl}"
+        for metric, column, ms in [("requests_per_s", "request_throughput", False),
+                                   ("output_tokens_per_s", "output_throughput", False),
+                                   ("e2e_latency_mean_s", "mean_e2e_latency_ms", True),
+                                   ("ttft_mean_s", "mean_ttft_ms", True), ("ttft_p50_s", "median_ttft_ms", True),
+                                   ("tpot_mean_s", "mean_tpot_ms", True), ("tpot_p50_s", "median_tpot_ms", True),
+                                   ("itl_mean_s", "mean_itl_ms", True)]:
+            value = _ms_to_s(r[column]) if ms else r[column]
+            rows.append(_row(run_id, "deepseek-v3", metric, value,
+                             notes + f"; column {column}" + (" converted to seconds" if ms else ""), **fields))
+    with (SOURCES_DIR / "dstack_deepseek_r1_offline_results.csv").open(encoding="utf-8-sig", newline="") as f:
+        offline = list(csv.DictReader(f))
+    for r in offline:
+        gpu, engine = DSTACK_GPU[r["GPU"]], DSTACK_ENGINE[r["backend"]]
+        isl, osl, n = int(r["input_len"]), int(r["output_len"]), int(r["num_requests"])
+        if engine == "trtllm":
+            version, precision = "", "bf16"
+            how = ("benchmark_throughput_trt.py on a TensorRT engine built from the TensorRT-LLM 'deepseek' branch "
+                   "(convert_checkpoint --dtype bfloat16 --tp_size 8, trtllm-build --gemm_plugin bfloat16 "
+                   "--max_batch_size 2048 --max_num_tokens 16384): BF16 weights; the README warns this engine path "
+                   "is not the recommended PyTorch flow")
+        else:
+            version, precision = DSTACK_STACK[(gpu, engine)][0], "fp8"
+            how = (f"dstack's benchmark_throughput.py (vLLM's, extended to SGLang's offline engine), --backend "
+                   f"{r['backend']} --tensor-parallel-size 8 --max-model-len 32768, ignore_eos; {DSTACK_FP8}")
+        notes = (f"raw_data/offline_results.csv row GPU={r['GPU']}, backend={r['backend']}, {isl}/{osl}, "
+                 f"num_requests {n} all submitted at once; {how}; tokens_per_second is (input + output) tokens / "
+                 f"elapsed (total_num_tokens / elapsed_time in the file)")
+        fields = dict(source=DSTACK_SRC.format("offline_results.csv"),
+                      source_url=DSTACK_BLOB + "raw_data/offline_results.csv", gpu=gpu, num_gpus=8, tp=8, pp=1,
+                      dp_replicas=1, engine=engine, engine_version=version, precision=precision, workload="offline",
+                      input_len=isl, output_len=osl, num_requests=n)
+        run_id = f"dstack-dsr1-{engine}-{gpu}-tp8-offline-n{n}-{isl}-{osl}"
+        rows.append(_row(run_id, "deepseek-v3", "requests_per_s", r["requests_per_second"],
+                         notes + "; column requests_per_second", **fields))
+        rows.append(_row(run_id, "deepseek-v3", "total_tokens_per_s", r["tokens_per_second"],
+                         notes + "; column tokens_per_second", **fields))
+    return rows
+
+
 BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41,
             rocm_vllm_mi300x, trtllm_static, trtllm_deepseek_r1,
-            sglang_dsv3_h200]
+            sglang_dsv3_h200, dstack_deepseek_r1]
 
 
 def build() -> list[dict[str, str]]:
