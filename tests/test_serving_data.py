@@ -182,7 +182,8 @@ def test_token_throughputs_agree_with_request_throughput(table):
 
 
 def test_latencies_are_ordered(table):
-    """A request's first token comes before its end; TPOT/ITL are below the mean end-to-end latency."""
+    """A request's first token comes before its end; TPOT/ITL are below the mean end-to-end latency and
+    are seconds, not milliseconds."""
     _, rows = table
     for run_id, m in _runs(rows).items():
         if "e2e_latency_mean_s" in m:
@@ -191,7 +192,9 @@ def test_latencies_are_ordered(table):
                     assert m[k] < m["e2e_latency_mean_s"], run_id
         for k in ("tpot_mean_s", "tpot_p50_s", "itl_mean_s"):
             if k in m:
-                assert m[k] < 1.0, f"{run_id}: {k} over a second per token is a unit slip"
+                # The slowest published mean TPOT here is 1.6 s (vLLM 0.6.3 on MI300X with Meta's FP8
+                # checkpoint, dstack); a value in milliseconds read as seconds would be far above 5 s.
+                assert m[k] < 5.0, f"{run_id}: {k} over 5 s per token is a unit slip"
 
 
 def test_csv_is_what_the_builder_makes(table):

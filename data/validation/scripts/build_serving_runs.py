@@ -808,9 +808,94 @@ def dstack_deepseek_r1() -> list[dict[str, str]]:
     return rows
 
 
+# --------------------------------------------------------------------------------------------------------
+# dstack: Llama 3.1 405B FP8 with vLLM on 8xH100 SXM5 and 8xMI300X (comparison/h100sxm5_vs_mi300x)
+# --------------------------------------------------------------------------------------------------------
+D405_COMMIT = "85a2fe177aabe8a5556ce75e791dcd74b1cd8187"
+D405_TREE = "https://github.com/dstackai/benchmarks/blob/" + D405_COMMIT + "/comparison/h100sxm5_vs_mi300x/"
+D405_SRC = ("dstack, 'Llama3.1-405B-Fp8 Inference Performance Comparison between 8xH100SXM5 and 8xMi300x' "
+            "(dstackai/benchmarks comparison/h100sxm5_vs_mi300x), {}")
+META_FP8 = ("meta-llama/Llama-3.1-405B-FP8: Meta's FP8 checkpoint, which quantizes the feed-forward layers (weights "
+            "and activations) and leaves self-attention in BF16 (Llama 3 paper, arXiv 2407.21783, Sec. 6.2)")
+AMD_FP8 = ("amd/Llama-3.1-405B-Instruct-FP8-KV: AMD's Quark FP8 checkpoint (FP8 weights and activations; no "
+           "--kv-cache-dtype flag, so the KV cache is the engine default)")
+D405_STACKS = {
+    "8xH100 1FP8-meta": ("h100-sxm", "0.6.3.post2.dev308+gb489fc3c", META_FP8,
+                         "benchmark_throughput.py --backend vllm --tensor-parallel-size 8 --max-model-len 91680 "
+                         "--num-scheduler-step 1"),
+    "8xMi300x 1FP8-meta": ("mi300x", "0.6.3.dev109+gcb3b2b9b.d20241010", META_FP8,
+                           "benchmark_throughput.py --backend vllm --tensor-parallel-size 8 --max-model-len 91680 "
+                           "--enforce-eager --num-scheduler-step 15"),
+    "8xMi300 1FP8-amd": ("mi300x", "0.6.4.dev4+gc9fc1608", AMD_FP8,
+                         "benchmark_throughput.py --backend vllm --tensor-parallel-size 8 --max-model-len 91680 "
+                         "--enforce-eager --num-scheduler-step 1"),
+}
+D405_SERVING = {
+    "8xH100SXM5-serving": ("h100-sxm", "0.6.3.post2.dev308+gb489fc3c",
+                           "nvcr.io/nvidia/pytorch:23.10-py3 with a vLLM nightly wheel, vllm serve "
+                           "meta-llama/Llama-3.1-405B-FP8 --tensor-parallel-size 8 --max-model-len 91680"),
+    "8xMi300x-serving-meta": ("mi300x", "0.6.3.dev109+gcb3b2b9b.d20241010",
+                              "ghcr.io/embeddedllm/vllm-rocm:cb3b2b9 image, VLLM_RPC_TIMEOUT=30000 "
+                              "VLLM_USE_TRITON_FLASH_ATTN=0 vllm serve meta-llama/Llama-3.1-405B-FP8 -tp 8 "
+                              "--max-seq-len-to-capture 16384 --enable-chunked-prefill=False --num-scheduler-step 15 "
+                              "--max-num-seqs 1024"),
+}
+
+
+def dstack_llama405b() -> list[dict[str, str]]:
+    import json
+    rows = []
+    with (SOURCES_DIR / "dstack_llama405b_offline_throughput_comparsion.csv").open(encoding="utf-8", newline="") as f:
+        offline = list(csv.DictReader(f))
+    for r in offline:
+        if r["gpu"] not in D405_STACKS:
+            continue  # 4-GPU and two-replica MI300X rows: their launch commands are not on the page
+        gpu, version, ckpt, command = D405_STACKS[r["gpu"]]
+        isl, osl, n = int(r["input_len"]), int(r["output_len"]), int(r["num_requests"])
+        notes = (f"csv_data/throughput_comparsion.csv row gpu='{r['gpu']}', {isl}/{osl}, batch_size {n}; vLLM "
+                 f"{version}; {command} --num-prompts {n} (all {n} requests at once, fixed lengths); {ckpt}; "
+                 f"tokens_per_second = total_num_tokens (input + output) / elapsed_time")
+        fields = dict(source=D405_SRC.format("csv_data/throughput_comparsion.csv"),
+                      source_url=D405_TREE + "csv_data/throughput_comparsion.csv", gpu=gpu, num_gpus=8, tp=8, pp=1,
+                      dp_replicas=1, engine="vllm", engine_version=version, precision="fp8", workload="offline",
+                      input_len=isl, output_len=osl, num_requests=n)
+        tag = "amd" if "amd" in r["gpu"] else "meta"
+        run_id = f"dstack405-vllm-{gpu}-{tag}fp8-tp8-offline-n{n}-{isl}-{osl}"
+        rows.append(_row(run_id, "llama3.1-405b", "requests_per_s", r["requests_per_second"],
+                         notes + "; column requests_per_second", **fields))
+        rows.append(_row(run_id, "llama3.1-405b", "total_tokens_per_s", r["tokens_per_second"],
+                         notes + "; column tokens_per_second", **fields))
+    summaries = json.loads((SOURCES_DIR / "dstack_llama405b_serving_summaries.json").read_text(encoding="utf-8"))
+    for path, d in summaries["files"].items():
+        folder = path.split("/")[-2]
+        gpu, version, launch = D405_SERVING[folder]
+        rate = d["request_rate"]
+        rate_text = format(rate, "g")
+        notes = (f"raw_data/{folder}/{path.split('/')[-1]} (benchmark_serving.py result file; per-request lists "
+                 f"dropped in serving_sources/dstack_llama405b_serving_summaries.json); vLLM {version}; server: "
+                 f"{launch}; {META_FP8}; client: benchmark_serving.py --backend vllm --dataset-name sharegpt "
+                 f"--request-rate {rate_text} (Poisson arrivals), {d['num_prompts']} prompts, {d['completed']} "
+                 f"completed, {d['total_input_tokens']} input and {d['total_output_tokens']} output tokens in all")
+        fields = dict(source=D405_SRC.format(f"raw_data/{folder}"), source_url=D405_TREE + path.split(
+                          "comparison/h100sxm5_vs_mi300x/")[1], gpu=gpu, num_gpus=8, tp=8, pp=1, dp_replicas=1,
+                      engine="vllm", engine_version=version, precision="fp8", workload="poisson", dataset="sharegpt",
+                      request_rate=rate_text, num_requests=d["num_prompts"])
+        run_id = f"dstack405-vllm-{gpu}-metafp8-tp8-sharegpt-qps{rate_text}"
+        for metric, key, ms in [("requests_per_s", "request_throughput", False),
+                                ("output_tokens_per_s", "output_throughput", False),
+                                ("total_tokens_per_s", "total_token_throughput", False),
+                                ("ttft_mean_s", "mean_ttft_ms", True), ("ttft_p50_s", "median_ttft_ms", True),
+                                ("tpot_mean_s", "mean_tpot_ms", True), ("tpot_p50_s", "median_tpot_ms", True),
+                                ("itl_mean_s", "mean_itl_ms", True)]:
+            value = _ms_to_s(repr(d[key])) if ms else repr(d[key])
+            rows.append(_row(run_id, "llama3.1-405b", metric, value,
+                             notes + f"; field {key}" + (" converted to seconds" if ms else ""), **fields))
+    return rows
+
+
 BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sglang_vs_vllm060, mlperf_inference_v41,
             rocm_vllm_mi300x, trtllm_static, trtllm_deepseek_r1,
-            sglang_dsv3_h200, dstack_deepseek_r1]
+            sglang_dsv3_h200, dstack_deepseek_r1, dstack_llama405b]
 
 
 def build() -> list[dict[str, str]]:
