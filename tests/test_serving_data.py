@@ -205,3 +205,14 @@ def test_csv_is_what_the_builder_makes(table):
     spec.loader.exec_module(module)
     _, rows = table
     assert module.build() == rows
+
+
+def test_readme_counts_match_the_file(table):
+    """data/validation/README.md states the row and run counts of serving_runs.csv; keep them true."""
+    import re
+    _, rows = table
+    text = (ROOT / "data" / "validation" / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"`serving_runs\.csv` holds ([\d,]+) published measurements \(([\d,]+) runs", text)
+    assert m, "README lost its serving_runs.csv summary line"
+    assert int(m.group(1).replace(",", "")) == len(rows)
+    assert int(m.group(2).replace(",", "")) == len({r["run_id"] for r in rows})
