@@ -35,6 +35,7 @@ import numpy as np
 from ..constants import value
 from ..errors import DataError
 from ..profiler.kineto import GemmShape, Kernel, Trace
+from ..profiler.measure import GemmSample, gemm_op, gemm_samples
 from .fit import BUS_FACTOR, attention_flops, fit_profile
 from .profile import MeasuredProfile, today
 
@@ -49,25 +50,6 @@ def gemm_is_aligned(g: GemmShape) -> bool:
     """As ``cost.compute.gemm_aligned`` judges a forward GEMM: n and k in multiples of 16 bytes."""
     step = max(1, int(_ALIGN_BYTES) // _ELEM.get(g.dtype, 2))
     return g.n % step == 0 and g.k % step == 0
-
-
-@dataclass(frozen=True)
-class GemmSample:
-    shape: GemmShape
-    seconds: float          # the launching op's kernels, summed (split-K reductions included)
-
-
-def gemm_samples(traces: Iterable[Trace]) -> list[GemmSample]:
-    """One sample per GEMM op instance inside a step whose shape is known."""
-    out = []
-    for t in traces:
-        per_op: dict[int, list[Kernel]] = defaultdict(list)
-        for k in t.kernels:
-            if k.step >= 0 and k.category == "gemm" and k.gemm is not None and k.dur > 0:
-                per_op[k.op_id].append(k)
-        for ks in per_op.values():
-            out.append(GemmSample(ks[0].gemm, sum(k.dur for k in ks) * 1e-6))  # type: ignore[arg-type]
-    return out
 
 
 def _axis(values: list[int]) -> list[float]:
@@ -233,12 +215,3 @@ def check_gemms(samples: list[GemmSample], prof: MeasuredProfile, gpu) -> GemmCh
         errs.append(e)
         good += s.seconds if e <= 0.10 else 0.0
     return GemmCheck(len(samples), meas, pred, float(median(errs)) if errs else 0.0, good / meas if meas else 0.0)
-
-
-def gemm_op(g: GemmShape):
-    """A clustertwin GEMM op of a measured shape (a forward GEMM outside the layers: no TP chunking)."""
-    from ..workload.ops import Op, OpKind, Phase
-    eb = _ELEM.get(g.dtype, 2)
-    nbytes = float(g.batch * (g.m * g.k + g.k * g.n + g.m * g.n) * eb)
-    return Op(name="trace.gemm", kind=OpKind.GEMM, phase=Phase.FWD, flops=g.flops, bytes=nbytes,
-              shape=(g.batch, g.m, g.n, g.k), dtype=g.dtype, layer="trace")

@@ -19,12 +19,12 @@ _RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("collective", ("nccl",)),
     ("attention", ("flash_fwd", "flash_bwd", "flash::", "flash_attn", "fmha", "sdpa", "attention_kernel",
                    "efficient_attention", "mha_fwd", "mha_bwd", "flashattn", "fused_attn")),
+    ("embedding", ("embedding", "index_select", "indexselect")),
     ("optimizer", ("multi_tensor_apply", "adam", "lamb_", "sgd_kernel", "fused_sgd", "adagrad")),
     ("conv", ("implicit_gemm", "conv", "fprop", "dgrad", "wgrad", "winograd", "scudnn", "nchwtonhwc", "nhwctonchw",
               "cudnn::")),
     ("gemm", ("gemm", "cutlass", "nvjet", "xmma", "cublas", "_mma_", "wmma", "matmul", "sm90_", "sm80_", "sm100_",
               "s16816", "h16816", "s1688", "h1688", "hmma", "tensorop")),
-    ("embedding", ("embedding", "index_select", "indexselect", "embedding_dense_backward", "embedding_backward")),
     ("elementwise", ("elementwise", "vectorized", "unrolled", "reduce_kernel", "layer_norm", "layernorm", "rms",
                      "norm", "softmax", "rotary", "rope", "silu", "gelu", "swiglu", "dropout", "add", "mul",
                      "copy", "cat", "fill", "cast", "scatter", "gather", "index", "transpose", "permute",
@@ -36,7 +36,14 @@ _P2P = ("sendrecv", "_send_", "_recv_", "_send(", "_recv(")
 
 
 def classify(name: str) -> str:
-    """The category of a kernel named ``name`` (one of ``CATEGORIES``)."""
+    """The category of a kernel named ``name`` (one of ``CATEGORIES``): from its short name first
+    (``family``: template arguments such as ``fbgemm_gpu::...`` say nothing of the kernel), else the
+    whole name."""
+    cat = _classify(family(name))
+    return cat if cat not in ("other", "elementwise") else (_classify(name) if cat == "other" else cat)
+
+
+def _classify(name: str) -> str:
     n = name.lower()
     for cat, pats in _RULES:
         if any(p in n for p in pats):
