@@ -139,9 +139,9 @@ def fit_traces(traces: list[Trace], gpu, source: str = "") -> MeasuredProfile:
             if k.category == "attention" and k.attention is not None:
                 per_op[k.op_id].append(k)
             elif k.category == "elementwise" and k.bytes > 0 and "elementwise" in k.family:
-                raw["memory"].append({"kernel": "elementwise", "bytes": k.bytes, "seconds": k.dur * 1e-6})
+                raw["memory"].append(_memory_sample("elementwise", k))
             elif k.category == "memcpy" and k.bytes > 0 and "DtoD" in k.name:
-                raw["memory"].append({"kernel": "copy", "bytes": k.bytes, "seconds": k.dur * 1e-6})
+                raw["memory"].append(_memory_sample("copy", k))
             elif (k.category == "collective" and k.collective in BUS_FACTOR and k.comm_bytes > 0
                   and k.group_size > 1):
                 raw["nccl"].append({"op": k.collective, "world": k.group_size, "bytes": k.comm_bytes,
@@ -159,7 +159,6 @@ def fit_traces(traces: list[Trace], gpu, source: str = "") -> MeasuredProfile:
     for op in {r["op"] for r in raw["nccl"]}:
         world = Counter(r["world"] for r in raw["nccl"] if r["op"] == op).most_common(1)[0][0]
         raw["nccl"] = [r for r in raw["nccl"] if r["op"] != op or r["world"] == world]
-    # memory-bound samples below 1 MiB measure launch latency, not bandwidth: keep them, the grid is monotone
     names = ", ".join(sorted({t.path.rsplit("/", 1)[-1] for t in traces}))
     prof = fit_profile(raw, gpu, source=source or f"clustertwin calibrate --from-trace {names}")
     samples = gemm_samples(traces)
@@ -179,6 +178,13 @@ def fit_traces(traces: list[Trace], gpu, source: str = "") -> MeasuredProfile:
                         "profile with record_shapes=True (and PyTorch >= 2.0 for NCCL message sizes)")
     prof.device_name = traces[0].device_name
     return prof
+
+
+def _memory_sample(kernel: str, k: Kernel) -> dict:
+    """A memory-bound kernel as a raw sample at the nearest power of two of its bytes (the bandwidth it
+    reached kept): traces hold every size, a profile needs a short axis."""
+    snapped = 2.0 ** round(math.log2(k.bytes))
+    return {"kernel": kernel, "bytes": snapped, "seconds": k.dur * 1e-6 * snapped / k.bytes}
 
 
 def gpu_node_size(gpu) -> int:
@@ -202,9 +208,73 @@ class GemmCheck:
 
 def check_gemms(samples: list[GemmSample], prof: MeasuredProfile, gpu) -> GemmCheck:
     """Price each measured GEMM with the fitted profile (as ``predict`` prices a GEMM op) and compare."""
+    return check_gemms_with(samples, prof.to_hardware_profile(gpu), gpu)
+
+
+def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) -> None:
+    """``clustertwin calibrate --from-trace FILE...``: fit, write, and show how well the profile reproduces
+    the traces' GEMMs (against the profile clustertwin would use without it)."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from ..catalog import load_gpu
+    from ..profiler.kineto import read_traces
+    from .measure import guess_gpu
+    from .profile import profile_for, save_profile
+    traces = read_traces(files)
+    name = gpu_name or guess_gpu(traces[0].device_name)
+    if name is None:
+        raise DataError("gpu", f"cannot tell which catalog GPU the traces ran on "
+                        f"({traces[0].device_name or 'no device recorded'})", "give --gpu NAME")
+    gpu = load_gpu(name)
+    prof = fit_traces(traces, gpu)
+    path = save_profile(prof, out or Path(f"profile-{gpu.name}-trace.yaml"))
+    samples = gemm_samples(traces)
+    fitted = check_gemms(samples, prof, gpu) if samples and prof.gemm else None
+    before = check_gemms_with(samples, profile_for(gpu), gpu) if samples else None
+    tables = {"gemm": {d: {"samples": sum(1 for s in samples if s.shape.dtype == d),
+                           "grid": [len(g["m"]), len(g["n"]), len(g["k"])]} for d, g in prof.gemm.items()},
+              "memory": {k: len(v["bytes"]) for k, v in prof.memory.items()},
+              "nccl": {k: {"world": v["world"], "sizes": len(v["bytes"])} for k, v in prof.nccl.items()},
+              "attention": None if not prof.attention else [len(prof.attention["seq"]), len(prof.attention["head_dim"])]}
+    if as_json:
+        def chk(c):
+            return None if c is None else {"n": c.n, "measured_s": c.measured_s, "predicted_s": c.predicted_s,
+                                           "total_error": c.total_error, "median_abs_error": c.median_abs_error,
+                                           "time_share_within_10pct": c.within_10pct}
+        sys.stdout.write(json.dumps({"schema": 1, "profile": str(path), "gpu": gpu.name, "measured": prof.measured,
+                                     "datasheet": prof.datasheet, "tables": tables, "gemm_check": chk(fitted),
+                                     "gemm_check_default_profile": chk(before),
+                                     "traces": [t.path for t in traces]}, indent=2, default=float) + "\n")
+        return
+    con = Console()
+    con.print(f"fitted {', '.join(prof.measured)} from {len(traces)} trace(s) "
+              f"({sum(len(t.steps) for t in traces)} steps); kept from the datasheet: {', '.join(prof.datasheet) or '-'}")
+    for d, g in tables["gemm"].items():
+        con.print(f"  gemm.{d}: {g['samples']} GEMMs on a {'x'.join(map(str, g['grid']))} (M, N, K) grid")
+    for k, v in tables["nccl"].items():
+        con.print(f"  nccl.{k}: {v['sizes']} message sizes over {v['world']} ranks")
+    for k, n in tables["memory"].items():
+        con.print(f"  memory.{k}: {n} sizes")
+    if fitted is not None and before is not None:
+        con.print(f"the traces' GEMMs, {_ms(fitted.measured_s)} ms measured: the fitted profile prices them at "
+                  f"{_ms(fitted.predicted_s)} ms ({fitted.total_error * 100:+.1f}%; median per GEMM "
+                  f"{fitted.median_abs_error * 100:.0f}%), the {profile_for(gpu).name} profile at "
+                  f"{_ms(before.predicted_s)} ms ({before.total_error * 100:+.1f}%)")
+    con.print(f"wrote {path} (use it with `clustertwin predict --profile {path} --gpu {gpu.name}`)")
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1e3:,.2f}"
+
+
+def check_gemms_with(samples: list[GemmSample], hw, gpu) -> GemmCheck:
+    """``check_gemms`` with a HardwareProfile (the one clustertwin uses without a fitted profile)."""
     from ..cost.compute import ComputePricer
     from ..specs.framework import get_framework
-    hw = prof.to_hardware_profile(gpu)
     pricer = ComputePricer(gpu, hw, get_framework("pytorch-eager"))
     errs, meas, pred, good = [], 0.0, 0.0, 0.0
     for s in samples:
