@@ -28,7 +28,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from statistics import median
-from typing import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from ..constants import value
 from ..errors import DataError
 from ..profiler.kineto import GemmShape, Kernel, Trace
 from ..profiler.measure import GemmSample, gemm_op, gemm_samples
-from .fit import BUS_FACTOR, attention_flops, fit_profile
+from .fit import BUS_FACTOR, fit_profile
 from .profile import MeasuredProfile, today
 
 MAX_AXIS = 16          # distinct sizes an axis keeps before snapping to a log grid (the YAML stays small)
@@ -235,7 +235,7 @@ def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) 
     samples = gemm_samples(traces)
     fitted = check_gemms(samples, prof, gpu) if samples and prof.gemm else None
     before = check_gemms_with(samples, profile_for(gpu), gpu) if samples else None
-    tables = {"gemm": {d: {"samples": sum(1 for s in samples if s.shape.dtype == d),
+    tables: dict[str, Any] = {"gemm": {d: {"samples": sum(1 for s in samples if s.shape.dtype == d),
                            "grid": [len(g["m"]), len(g["n"]), len(g["k"])]} for d, g in prof.gemm.items()},
               "memory": {k: len(v["bytes"]) for k, v in prof.memory.items()},
               "nccl": {k: {"world": v["world"], "sizes": len(v["bytes"])} for k, v in prof.nccl.items()},

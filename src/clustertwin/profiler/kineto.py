@@ -199,10 +199,10 @@ def gemm_shape(op: str, dims: list, types: list, kernel_name: str = "") -> GemmS
             return GemmShape(1, m, n, k, dt) if k == k2 else None
         if op == "aten::bmm":
             (b, m, k), (b2, k2, n) = dims[0], dims[1]
-            return GemmShape(b, m, n, k, dt) if k == k2 else None
+            return GemmShape(b, m, n, k, dt) if k == k2 and b == b2 else None
         if op == "aten::baddbmm":
             (b, m, k), (b2, k2, n) = dims[1], dims[2]
-            return GemmShape(b, m, n, k, dt) if k == k2 else None
+            return GemmShape(b, m, n, k, dt) if k == k2 and b == b2 else None
         if op == "aten::linear":
             a, w = dims[0], dims[1]
             if len(w) != 2 or not a or a[-1] != w[1]:
@@ -338,10 +338,10 @@ def read_trace(path: str | Path) -> Trace:
     for evs in by_thread.values():
         evs.sort(key=lambda x: (x[0], -x[1], x[2]))
         stack: list[tuple[float, dict]] = []
-        for ts, dur, kind, e in evs:
+        for ts, dur, is_launch, e in evs:
             while stack and stack[-1][0] <= ts:
                 stack.pop()
-            if kind == 1:
+            if is_launch:
                 ancestors[e["args"]["correlation"]] = [s[1] for s in stack]
             else:
                 stack.append((ts + dur, e))
