@@ -265,12 +265,20 @@ def test_compare_trace_prices_real_collectives_by_size(capsys) -> None:
     assert all(x["predicted_s"] > 0 for x in rows)
 
 
-def test_compare_trace_table_fits_the_terminal(capsys) -> None:
+def test_compare_trace_table_and_timeline(capsys, tmp_path: Path) -> None:
+    timeline = tmp_path / "both.json"
     code, out, err = run(capsys, "compare-trace", NCCL, "--gpu", "a100-40gb", "--model", "gpt3-125m",
-                         "--plan", "tp=1,pp=1,dp=2", "--seq-len", "2048", "--global-batch", "16")
+                         "--plan", "tp=1,pp=1,dp=2", "--seq-len", "2048", "--global-batch", "16",
+                         "--perfetto", timeline)
     assert code == 0, err
     assert "exposed" in out and "all_reduce" in out
     assert max(len(line) for line in out.splitlines()) <= 100
+    ev = json.loads(timeline.read_text())["traceEvents"]
+    names = [e["args"]["name"] for e in ev if e.get("name") == "process_name"]
+    assert names[0].startswith("measured: rank 0, ProfilerStep#") and names[1].startswith("predicted: ")
+    measured = [e for e in ev if e.get("ph") == "X" and e["pid"] == 1]
+    assert {e["cat"] for e in measured} >= {"collective", "conv", "elementwise"}
+    assert min(e["ts"] for e in measured) >= 0
 
 
 @pytest.fixture(scope="module")

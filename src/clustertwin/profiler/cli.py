@@ -26,6 +26,9 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
                   traces: List[Path] = typer.Argument(..., help="Kineto traces (.json or .json.gz) of one or more "
                                                              "ranks", show_default=False),
                   top: int = typer.Option(10, "--top", help="rows of the per-op tables"),
+                  perfetto: Optional[Path] = typer.Option(None, "--perfetto", help="also write a Perfetto/Chrome "
+                                                          "timeline (JSON): one measured step per trace above the "
+                                                          "predicted iteration (clustertwin's replay)"),
                   as_json: bool = typer.Option(False, "--json", help="print the comparison as JSON")) -> None:
     """Compare PyTorch profiler traces of real steps with clustertwin's prediction of the job given by the
     flags: per GEMM shape and collective size, per kernel category, and the step's breakdown
@@ -47,6 +50,8 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     tj = job_from_options(job)
     prof = resolve_profile(profile, tj)
     c = compare_traces(tr, tj, prof, str(profile) if profile else "")
+    if perfetto is not None:
+        _write_perfetto(perfetto, tr, tj, prof)
     if as_json:
         sys.stdout.write(json.dumps(c.to_json(top), indent=2, default=float) + "\n")
         return
@@ -82,6 +87,27 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     for n in c.notes:
         out.append(f"note: {n}")
     print_all(con, out)
+
+
+def _write_perfetto(path: Path, traces, job, profile) -> None:
+    """The measured steps (processes 1..n) and the replayed prediction (its processes after them)."""
+    from ..errors import DataError
+    from ..export.perfetto import perfetto_trace
+    from ..sim.replay import simulate
+    from .compare import measured_timeline
+    events = measured_timeline(traces)
+    doc = perfetto_trace(simulate(job, profile=profile))
+    shift = len(traces) + 1
+    for e in doc["traceEvents"]:
+        if "pid" in e:
+            e["pid"] = e["pid"] + shift
+        if e.get("name") == "process_name" and e.get("ph") == "M":
+            e["args"] = {"name": "predicted: " + str(e["args"].get("name", ""))}
+    doc["traceEvents"] = events + doc["traceEvents"]
+    try:
+        path.write_text(json.dumps(doc), encoding="utf-8")
+    except OSError as e:
+        raise DataError("perfetto", f"cannot write {str(path)!r} ({e.strerror or e})", "choose a writable path") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -310,3 +310,36 @@ def compare_traces(traces: list[Trace], job: TrainingJob, profile: HardwareProfi
         notes.append(f"the traces ran on {w} ranks, the job has {job.cluster.num_gpus} GPUs")
     return TraceComparison(job, ms, pred, matched(ms, pricer, job.cluster.gpus_per_node), profile_name or profile.name,
                            notes)
+
+
+# ---- a timeline of the measured step (for Perfetto, beside the predicted one) --------------------------
+def measured_timeline(traces: list[Trace], pid0: int = 1) -> list[dict[str, Any]]:
+    """Chrome trace events of one measured step per trace (the step of median length), from 0 us at the
+    step's start: one process per trace, one thread per CUDA stream, each kernel named by its family
+    with its category."""
+    events: list[dict[str, Any]] = []
+    for n, t in enumerate(traces):
+        if not t.steps:
+            continue
+        order = sorted(range(len(t.steps)), key=lambda i: t.steps[i].dur)
+        i = order[len(order) // 2]
+        ks = t.step_kernels(i)
+        if not ks:
+            continue
+        t0 = min(t.steps[i].start, min(k.ts for k in ks))
+        pid = pid0 + n
+        name = t.path.replace("\\", "/").rsplit("/", 1)[-1]
+        events.append({"name": "process_name", "ph": "M", "pid": pid,
+                       "args": {"name": f"measured: rank {t.rank}, {t.steps[i].name} ({name})"}})
+        events.append({"name": "process_sort_index", "ph": "M", "pid": pid, "args": {"sort_index": pid}})
+        for s in sorted({k.stream for k in ks}):
+            events.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": s, "args": {"name": f"stream {s}"}})
+        for k in ks:
+            args: dict[str, Any] = {"kernel": k.name[:200]}
+            if k.gemm is not None:
+                args["gemm"] = gemm_label(k.gemm)
+            if k.comm_bytes:
+                args.update(collective=k.collective, bytes=k.comm_bytes, group_size=k.group_size)
+            events.append({"name": k.family, "cat": k.category, "ph": "X", "pid": pid, "tid": k.stream,
+                           "ts": round(k.ts - t0, 3), "dur": round(k.dur, 3), "args": args})
+    return events
