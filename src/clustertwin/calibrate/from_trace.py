@@ -235,6 +235,7 @@ def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) 
     samples = gemm_samples(traces)
     fitted = check_gemms(samples, prof, gpu) if samples and prof.gemm else None
     before = check_gemms_with(samples, profile_for(gpu), gpu) if samples else None
+    beyond = beyond_unaligned_rule(samples, gpu)
     tables: dict[str, Any] = {"gemm": {d: {"samples": sum(1 for s in samples if s.shape.dtype == d),
                            "grid": [len(g["m"]), len(g["n"]), len(g["k"])]} for d, g in prof.gemm.items()},
               "memory": {k: len(v["bytes"]) for k, v in prof.memory.items()},
@@ -248,6 +249,8 @@ def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) 
         sys.stdout.write(json.dumps({"schema": 1, "profile": str(path), "gpu": gpu.name, "measured": prof.measured,
                                      "datasheet": prof.datasheet, "tables": tables, "gemm_check": chk(fitted),
                                      "gemm_check_default_profile": chk(before),
+                                     "gemms_beyond_unaligned_rule": {"n": len(beyond),
+                                                                     "measured_s": sum(x.seconds for x in beyond)},
                                      "traces": [t.path for t in traces]}, indent=2, default=float) + "\n")
         return
     con = Console()
@@ -264,7 +267,21 @@ def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) 
                   f"{_ms(fitted.predicted_s)} ms ({fitted.total_error * 100:+.1f}%; median per GEMM "
                   f"{fitted.median_abs_error * 100:.0f}%), the {profile_for(gpu).name} profile at "
                   f"{_ms(before.predicted_s)} ms ({before.total_error * 100:+.1f}%)")
+    if beyond:
+        con.print(f"{len(beyond)} GEMMs ({_ms(sum(x.seconds for x in beyond))} ms) ran faster than clustertwin's "
+                  f"unaligned-GEMM rule allows (x{_UNALIGNED_EFF:g} for leading dimensions not in multiples of "
+                  f"{_ALIGN_BYTES:g} bytes): they are priced slower than measured")
     con.print(f"wrote {path} (use it with `clustertwin predict --profile {path} --gpu {gpu.name}`)")
+
+
+def beyond_unaligned_rule(samples: list[GemmSample], gpu) -> list[GemmSample]:
+    """GEMMs that ran faster than clustertwin's unaligned-GEMM rule allows (their time, divided by the
+    unaligned factor, beats the datasheet peak): the table cannot hold them, they are priced slow."""
+    out = []
+    for s in samples:
+        if not gemm_is_aligned(s.shape) and s.shape.flops / s.seconds / _UNALIGNED_EFF > gpu.peak(s.shape.dtype):
+            out.append(s)
+    return out
 
 
 def _ms(s: float) -> str:
