@@ -197,6 +197,34 @@ def test_from_trace_without_files_is_refused(capsys) -> None:
     _refused(code, err, "from-trace")
 
 
+def test_attention_tables_from_sdpa_kernels(tmp_path: Path) -> None:
+    """Forward and backward flash kernels under SDPA ops with shapes give the attention table, FLOPs
+    counted as clustertwin counts them (calibrate.fit.attention_flops)."""
+    from clustertwin.calibrate.fit import attention_flops
+    b, h, s, d = 2, 16, 4096, 128
+    fwd, bwd = attention_flops(b, h, s, d)
+    t_f, t_b = fwd / 400e12 * 1e6, bwd / 300e12 * 1e6          # microseconds at 400 and 300 TFLOP/s
+    q = [b, h, s, d]
+    ev = [_x("user_annotation", "ProfilerStep#7", 0, 10000),
+          _x("cpu_op", "aten::_scaled_dot_product_flash_attention", 10, 20,
+             **{"External id": 1, "Input Dims": [q, q, q, [], []]}),
+          _x("cuda_runtime", "cudaLaunchKernel", 12, 2, correlation=200),
+          _x("cpu_op", "aten::_scaled_dot_product_flash_attention_backward", 40, 20,
+             **{"External id": 2, "Input Dims": [q, q, q, q, q, [b, h, s]]}),
+          _x("cuda_runtime", "cudaLaunchKernel", 42, 2, correlation=201),
+          _x("kernel", "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>, true>(Flash_fwd_params)",
+             100, t_f, tid=7, stream=7, correlation=200),
+          _x("kernel", "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>(Flash_bwd_params)",
+             100 + t_f, t_b, tid=7, stream=7, correlation=201)]
+    p = tmp_path / "attn.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    prof = fit_traces([read_trace(p)], load_gpu("h100-sxm"))
+    assert "attention" in prof.measured and prof.attention is not None
+    assert (prof.attention["seq"], prof.attention["head_dim"]) == ([4096.0], [128.0])
+    assert prof.attention["fwd_tflops"][0][0] == pytest.approx(400, rel=1e-3)
+    assert prof.attention["bwd_tflops"][0][0] == pytest.approx(300, rel=1e-3)
+
+
 # ---- the GEMM table fit ------------------------------------------------------------------------------
 def test_gemm_table_reproduces_a_monotone_truth() -> None:
     """GEMMs whose efficiency rises with every dimension (as the table assumes) come back within 2%."""
@@ -255,11 +283,12 @@ def test_compare_trace_on_two_real_ranks(capsys) -> None:
 
 
 def test_compare_trace_prices_real_collectives_by_size(capsys) -> None:
-    code, out, err = run(capsys, "compare-trace", NCCL, "--gpu", "a100-40gb", "--model", "gpt3-125m",
+    code, out, err = run(capsys, "compare-trace", NCCL, "--model", "gpt3-125m",
                          "--plan", "tp=1,pp=1,dp=2", "--seq-len", "2048", "--global-batch", "16", "--json")
     assert code == 0, err
     d = json.loads(out)
-    assert d["job"]["num_gpus"] == 2
+    # GPU and rank count from the trace: an "A100-PG509-200" with 42 GB is the 40 GB A100
+    assert (d["job"]["gpu"], d["job"]["num_gpus"]) == ("a100-40gb", 2)
     rows = [x for x in d["largest_misses"] if x["kind"] == "collective"]
     assert rows and all(x["what"].startswith("all_reduce") and x["what"].endswith("over 2") for x in rows)
     assert all(x["predicted_s"] > 0 for x in rows)

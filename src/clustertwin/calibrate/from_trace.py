@@ -222,10 +222,9 @@ def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) 
 
     from ..catalog import load_gpu
     from ..profiler.kineto import read_traces
-    from .measure import guess_gpu
     from .profile import profile_for, save_profile
     traces = read_traces(files)
-    name = gpu_name or guess_gpu(traces[0].device_name)
+    name = gpu_name or trace_gpu(traces[0])
     if name is None:
         raise DataError("gpu", f"cannot tell which catalog GPU the traces ran on "
                         f"({traces[0].device_name or 'no device recorded'})", "give --gpu NAME")
@@ -272,6 +271,16 @@ def calibrate_from_trace(files: list, out, gpu_name: str | None, as_json: bool) 
                   f"unaligned-GEMM rule allows (x{_UNALIGNED_EFF:g} for leading dimensions not in multiples of "
                   f"{_ALIGN_BYTES:g} bytes): they are priced slower than measured")
     con.print(f"wrote {path} (use it with `clustertwin predict --profile {path} --gpu {gpu.name}`)")
+
+
+def trace_gpu(trace: Trace) -> str | None:
+    """The catalog GPU a trace ran on, from its device name (and memory: an "A100" of about 40 GB, such as
+    the A100-PG509-200, is the 40 GB model); None when the trace does not tell."""
+    from .measure import guess_gpu
+    name = guess_gpu(trace.device_name) if trace.device_name else None
+    if name == "a100-80gb" and 0 < trace.device_memory_bytes < 60e9:
+        return "a100-40gb"
+    return name
 
 
 def beyond_unaligned_rule(samples: list[GemmSample], gpu) -> list[GemmSample]:

@@ -36,15 +36,15 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     traces' device and world size."""
     from rich.console import Console
 
-    from ..calibrate.measure import guess_gpu
+    from ..calibrate.from_trace import trace_gpu
     from ..jobs import job_from_options
     from ..predict import resolve_profile
     from ..report.console import Col, Fit, print_all
     from .compare import compare_traces
     from .kineto import read_traces
     tr = read_traces(traces)
-    if job.gpu is None and job.cluster is None and tr[0].device_name and guess_gpu(tr[0].device_name):
-        job = replace(job, gpu=guess_gpu(tr[0].device_name))
+    if job.gpu is None and job.cluster is None and trace_gpu(tr[0]):
+        job = replace(job, gpu=trace_gpu(tr[0]))
     if job.num_gpus is None and job.cluster is None and tr[0].world_size > 1:
         job = replace(job, num_gpus=tr[0].world_size)
     tj = job_from_options(job)

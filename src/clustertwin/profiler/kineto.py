@@ -128,6 +128,7 @@ class Trace:
     steps: list[Step]
     kernels: list[Kernel]
     record_shapes: bool = False
+    device_memory_bytes: float = 0.0     # deviceProperties[0].totalGlobalMem (0: not recorded)
     notes: list[str] = field(default_factory=list)
 
     def step_kernels(self, i: int) -> list[Kernel]:
@@ -325,9 +326,11 @@ def read_trace(path: str | Path) -> Trace:
     steps = sorted({(s.start, s.number): s for s in steps}.values(), key=lambda s: s.start)
     dist = doc.get("distributedInfo") or {}
     devs = doc.get("deviceProperties") or []
-    device = ""
+    device, device_mem = "", 0.0
     if devs and isinstance(devs[0], dict):
         device = str(devs[0].get("name") or "")
+        mem = devs[0].get("totalGlobalMem")
+        device_mem = float(mem) if isinstance(mem, (int, float)) else 0.0
     # which CPU ops enclose each launch: per thread, a sweep with a stack of open ops
     by_thread: dict[tuple, list[tuple[float, float, int, dict]]] = defaultdict(list)
     for e in cpu_ops:
@@ -425,7 +428,7 @@ def read_trace(path: str | Path) -> Trace:
     world = dist.get("world_size", 1)
     return Trace(path=str(p), producer=producer, device_name=device,
                  rank=int(rank) if isinstance(rank, int) else 0, world_size=int(world) if isinstance(world, int) else 1,
-                 steps=steps, kernels=kernels, record_shapes=shapes)
+                 steps=steps, kernels=kernels, record_shapes=shapes, device_memory_bytes=device_mem)
 
 
 def read_traces(paths: Iterable[str | Path]) -> list[Trace]:
