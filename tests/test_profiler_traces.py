@@ -161,6 +161,51 @@ def test_synthetic_compare_trace_json(capsys, synthetic: Path) -> None:
     assert ar["predicted_s"] > 0
 
 
+def _tensor(i: int, numel: int) -> list:
+    return [i, i, 0, numel, 2, "cuda:0"]
+
+
+def test_chakra_host_device_trace(capsys, tmp_path: Path) -> None:
+    """chakra_trace_link's output: GPU nodes copy their CPU op's inputs (shapes, tensor sizes) and carry the
+    kernel's ts, duration, stream and pg_name; the process groups come from the process_group:init node."""
+    bf = "Tensor(c10::BFloat16)"
+    mm_in = {"values": [_tensor(1, 1024 * 512), _tensor(2, 512 * 256)], "shapes": [[1024, 512], [512, 256]],
+             "types": [bf, bf]}
+    ag_in = {"values": [_tensor(3, 262144)], "shapes": [[262144]], "types": [bf]}
+    ag_out = {"values": [_tensor(4, 1048576)], "shapes": [[1048576]], "types": [bf]}
+    none = {"values": [], "shapes": [], "types": []}
+    pgs = json.dumps([{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}])
+    nodes = [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 0, "inputs": none, "outputs": none},
+        {"id": 2, "name": "## process_group:init ##", "ctrl_deps": 1,
+         "inputs": {"values": [pgs], "shapes": [[]], "types": ["String"]}, "outputs": none},
+        {"id": 3, "name": "ProfilerStep#3", "ctrl_deps": 1, "ts": 0, "inclusive_dur": 1000, "inputs": none,
+         "outputs": none},
+        {"id": 4, "name": "aten::mm", "ctrl_deps": 3, "ts": 10, "inclusive_dur": 20, "inputs": mm_in, "outputs": none},
+        {"id": 5, "name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "cat": "kernel", "ph": "X", "ctrl_deps": 4,
+         "ts": 100, "inclusive_dur": 200, "exclusive_dur": 200, "stream": 7, "inputs": mm_in, "outputs": none},
+        {"id": 6, "name": "record_param_comms", "ctrl_deps": 3, "ts": 40, "inclusive_dur": 5, "inputs": ag_in,
+         "outputs": ag_out},
+        {"id": 7, "name": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "cat": "kernel",
+         "ph": "X", "ctrl_deps": 6, "ts": 200, "inclusive_dur": 300, "exclusive_dur": 300, "stream": 20,
+         "pg_name": "0", "inputs": ag_in, "outputs": ag_out},
+    ]
+    p = tmp_path / "chakra_host_device_trace_0.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    t = read_trace(p)
+    assert t.producer.startswith("Chakra host + device trace") and t.world_size == 4 and len(t.steps) == 1
+    gemm = next(k for k in t.kernels if k.category == "gemm")
+    assert gemm.gemm == GemmShape(1, 1024, 256, 512, "bf16")
+    ag = next(k for k in t.kernels if k.category == "collective")
+    assert (ag.collective, ag.comm_bytes, ag.group_size) == ("all_gather", 1048576 * 2, 4)
+    m = measure([t])
+    assert m.steps[0].breakdown["exposed_comm"] == pytest.approx(200e-6)
+    code, out, err = run(capsys, "compare-trace", p, "--gpu", "h100", "--model", "gpt3-125m", "--plan",
+                         "tp=1,pp=1,dp=4", "--seq-len", "2048", "--global-batch", "8", "--json")
+    assert code == 0, err
+    assert {x["what"] for x in json.loads(out)["largest_misses"]} == {"GEMM 1024x256x512 bf16", "all_gather 2.10 MB over 4"}
+
+
 # ---- bad inputs: one line, exit 2 ------------------------------------------------------------------
 def _refused(code: int, err: str, *words: str) -> None:
     assert code == 2, err
@@ -179,7 +224,7 @@ def _without(doc: dict, pred) -> dict:
 @pytest.mark.parametrize("content,words", [
     (None, ["no such file"]),
     (b"this is not json", ["not JSON"]),
-    (json.dumps({"schema": "1.0.2-chakra.0.0.4", "nodes": []}).encode(), ["execution trace", "Kineto"]),
+    (json.dumps({"schema": "1.0.2-chakra.0.0.4", "nodes": []}).encode(), ["Chakra host trace", "Kineto"]),
     (json.dumps({"displayTimeUnit": "ms"}).encode(), ["not a Kineto trace"]),
     (json.dumps(_without(_synthetic(), lambda e: e["cat"] == "kernel")).encode(), ["no GPU kernels"]),
     (json.dumps(_without(_synthetic(), lambda e: e["name"].startswith("ProfilerStep"))).encode(), ["ProfilerStep"]),

@@ -286,9 +286,9 @@ def read_trace(path: str | Path) -> Trace:
     elif isinstance(doc, dict) and isinstance(doc.get("traceEvents"), list):
         events = doc["traceEvents"]
     else:
-        if isinstance(doc, dict) and "nodes" in doc and "schema" in doc:
-            raise _bad(p, "a Chakra/PyTorch execution trace (host graph), not a Kineto trace",
-                       "give the Kineto (profiler) trace of the same run: it holds the GPU kernels")
+        from .chakra import is_chakra, read_chakra
+        if is_chakra(doc):
+            return read_chakra(p, doc)
         raise _bad(p, "not a Kineto trace (no traceEvents list)",
                    "give a PyTorch profiler trace: prof.export_chrome_trace or tensorboard_trace_handler")
     gpu: list[dict] = []
