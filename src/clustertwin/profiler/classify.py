@@ -5,7 +5,8 @@ kernel names of cuBLAS/cuBLASLt (``ampere_*gemm*``, ``sm90_xmma_gemm_*``, ``nvje
 (``cutlass_80_tensorop_*gemm*``), FlashAttention 2/3 (``flash_fwd_kernel``, ``flash_bwd_*``), PyTorch's
 memory-efficient attention (``fmha_cutlass*``), cuDNN SDPA (``cudnn_generated_fort_native_sdpa``),
 PyTorch's own kernels (``at::native::*``), Apex/Transformer Engine fused kernels and NCCL
-(``ncclKernel_*``, ``ncclDevKernel_*``) as they appear in public traces.
+(``ncclKernel_*``, ``ncclDevKernel_*``) and DeepEP (``deep_ep::internode::dispatch``, ``combine``, ...) as they
+appear in public traces.
 """
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ CATEGORIES = ("gemm", "attention", "elementwise", "embedding", "optimizer", "col
               "memcpy", "memset", "other")
 
 _RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("collective", ("nccl",)),
+    # NCCL, and DeepEP's expert-parallel all-to-all kernels (deep_ep::intranode/internode::dispatch, combine,
+    # notify_dispatch, cached_notify; DeepSeek's own build names them dpsk::ep::...)
+    ("collective", ("nccl", "ep::internode::", "ep::intranode::", "ep::internode_ll::")),
     ("attention", ("flash_fwd", "flash_bwd", "flash::", "flash_attn", "fmha", "sdpa", "attention_kernel",
                    "efficient_attention", "mha_fwd", "mha_bwd", "flashattn", "fused_attn")),
     ("embedding", ("embedding", "index_select", "indexselect")),
@@ -55,7 +58,8 @@ def _classify(name: str) -> str:
 
 _KIND = (("allreduce", "all_reduce"), ("all_reduce", "all_reduce"), ("allgather", "all_gather"),
          ("reducescatter", "reduce_scatter"), ("alltoall", "all_to_all"), ("sendrecv", "send_recv"),
-         ("broadcast", "broadcast"), ("_send", "send_recv"), ("_recv", "send_recv"), ("reduce", "reduce"))
+         ("broadcast", "broadcast"), ("_send", "send_recv"), ("_recv", "send_recv"), ("reduce", "reduce"),
+         ("ep::inter", "all_to_all"), ("ep::intra", "all_to_all"))
 
 
 def nccl_kind(name: str) -> str:

@@ -10,7 +10,8 @@ Three comparisons, from the most to the least assumption-free:
    embedding, optimizer, collectives, p2p, ...) against the sum of the predicted op times of one step of
    one rank (the first pipeline stage) of the job given on the command line. Meaningful when that job is
    the one traced.
-3. **Breakdown** (``breakdown``): the measured step (wall time of ``ProfilerStep#N``) split into compute,
+3. **Breakdown** (``breakdown``): the measured step (wall time of ``ProfilerStep#N``, or the span of its
+   kernels on the GPU where that is longer) split into compute,
    optimizer, exposed communication, exposed p2p and the rest (host-bound gaps, bubbles, waits), beside
    predict's breakdown folded into the same fields; and communication exposed vs hidden as measured (the
    part of the collectives' kernel time during which a compute kernel ran on another stream).
@@ -139,7 +140,10 @@ def measure(traces: list[Trace]) -> Measured:
         for i, s in enumerate(t.steps):
             ks = t.step_kernels(i)
             if any(k.category not in ("memcpy", "memset") for k in ks):
-                steps.append(measure_step(ks, s.dur * 1e-6))
+                # the step's wall time, or the GPU's span of its kernels where they outlast it (a
+                # profiling window of one step, or a GPU running behind the host)
+                span = max(k.end for k in ks) - min(k.ts for k in ks)
+                steps.append(measure_step(ks, max(s.dur, span) * 1e-6))
     return Measured(traces, steps)
 
 
