@@ -49,6 +49,9 @@ def run(capsys, *args: str) -> tuple[int, str, str]:
     ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "collective"),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "collective"),
     ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "p2p"),
+    ("void deep_ep::internode::dispatch<false, 8, true, 8>(int4*, float*)", "collective"),
+    ("void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)", "collective"),
+    ("void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)", "other"),
     ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "conv"),
     ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 8ul>(...)", "embedding"),
 ])
