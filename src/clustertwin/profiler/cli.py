@@ -23,8 +23,9 @@ def _ratio(p: float, m: float) -> str:
 
 @job_options(profile=True)
 def compare_trace(job: JobOptions, profile: Optional[Path],
-                  traces: List[Path] = typer.Argument(..., help="Kineto traces (.json or .json.gz) of one or more "
-                                                             "ranks", show_default=False),
+                  traces: List[Path] = typer.Argument(..., help="PyTorch profiler (Kineto) traces, .json or .json.gz, of "
+                                                             "one or more ranks; or Chakra host + device traces",
+                                                      show_default=False, metavar="TRACE..."),
                   top: int = typer.Option(10, "--top", help="rows of the per-op tables"),
                   perfetto: Optional[Path] = typer.Option(None, "--perfetto", help="also write a Perfetto/Chrome "
                                                           "timeline (JSON): one measured step per trace above the "
@@ -55,7 +56,7 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     if as_json:
         sys.stdout.write(json.dumps(c.to_json(top), indent=2, default=float) + "\n")
         return
-    con = Console(width=min(Console().width, 100))
+    con = Console()
     ms = c.measured
     out: list = [f"{len(tr)} trace(s), {len(ms.steps)} steps measured ({', '.join(sorted({t.producer for t in tr}))}"
                  f"; device {tr[0].device_name or 'not recorded'}) vs {tj.model.name} on {tj.cluster.num_gpus:,} x "
@@ -68,7 +69,14 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     comm, hid = ms.mean(lambda s: s.comm_s), ms.mean(lambda s: s.comm_overlapped_s)
     cap = (f"measured communication {_ms(comm)} ms/step, {_ms(hid)} ms overlapped with compute kernels "
            f"({100 * hid / comm:.0f}%), {_ms(comm - hid)} ms exposed" if comm > 0 else "no communication kernels measured")
-    out.append(Fit(cols, rows, "the step", caption=cap))
+    out.append(Fit(cols, rows, "the step"))
+    out.append(cap)
+    if len(tr) > 1:
+        per = c.per_trace()
+        out.append(Fit([Col("rank", "right"), Col("trace", flex="cut"), Col("steps", "right"),
+                        Col("step ms", "right"), Col("exposed\ncomm ms", "right")],
+                       [(str(r["rank"]), r["path"].replace("\\", "/").rsplit("/", 1)[-1], str(r["steps"]), _ms(r["step_s"]),
+                         _ms(r["exposed_comm_s"] + r["exposed_p2p_s"])) for r in per], "per rank"))
     crow = [(k, _ms(a), _ms(b), _ratio(b, a)) for k, a, b in c.categories()]
     out.append(Fit([Col("category"), Col("measured\nms/step", "right"), Col("predicted\nms/step", "right"),
                     Col("pred/\nmeas", "right")], crow, "kernel time per category (predicted: one rank of stage 0)"))
@@ -79,7 +87,8 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
         capm = "; ".join(f"{k}: measured {_ms(a)} ms, predicted {_ms(b)} ms ({_ratio(b, a)}x)" for k, (a, b) in tot.items())
         out.append(Fit([Col("largest misses, same shape priced by the twin", flex="cut"), Col("per\nstep", "right"),
                         Col("measured\nms", "right"), Col("predicted\nms", "right"), Col("pred/\nmeas", "right")],
-                       mrow, None, caption=capm))
+                       mrow, None))
+        out.append(capm)
     frow = [(f"{k[1]}", k[0], _ms(s)) for k, s in sorted(ms.families().items(), key=lambda kv: -kv[1])[:top]]
     out.append(Fit([Col("measured kernels", flex="cut"), Col("category"), Col("ms/step", "right")], frow))
     prow = [(o, k, _ms(s)) for (k, o), s in sorted(c.predicted.ops.items(), key=lambda kv: -kv[1])[:top]]

@@ -86,6 +86,7 @@ class MeasuredStep:
 class Measured:
     traces: list[Trace]
     steps: list[MeasuredStep]
+    owner: list[int] = field(default_factory=list)     # the trace each step is from
 
     def mean(self, f) -> float:
         return sum(f(s) for s in self.steps) / len(self.steps)
@@ -135,8 +136,8 @@ def measure_step(kernels: list[Kernel], wall_s: float) -> MeasuredStep:
 
 
 def measure(traces: list[Trace]) -> Measured:
-    steps = []
-    for t in traces:
+    steps, owner = [], []
+    for n, t in enumerate(traces):
         for i, s in enumerate(t.steps):
             ks = t.step_kernels(i)
             if any(k.category not in ("memcpy", "memset") for k in ks):
@@ -144,7 +145,8 @@ def measure(traces: list[Trace]) -> Measured:
                 # profiling window of one step, or a GPU running behind the host)
                 span = max(k.end for k in ks) - min(k.ts for k in ks)
                 steps.append(measure_step(ks, max(s.dur, span) * 1e-6))
-    return Measured(traces, steps)
+                owner.append(n)
+    return Measured(traces, steps, owner)
 
 
 # ---- the twin's side ------------------------------------------------------------------------------
@@ -262,6 +264,18 @@ class TraceComparison:
         p = {k: sum(self.predicted.breakdown.get(f, 0.0) for f in fs) for k, fs in PREDICTED_FIELDS.items()}
         return [(k, m[k], p[k]) for k in BREAKDOWN]
 
+    def per_trace(self) -> list[dict[str, Any]]:
+        """Each trace's (rank's) mean step: a straggler or an unbalanced rank shows here."""
+        out = []
+        for n, t in enumerate(self.measured.traces):
+            ss = [s for s, o in zip(self.measured.steps, self.measured.owner) if o == n]
+            if not ss:
+                continue
+            out.append({"path": t.path, "rank": t.rank, "steps": len(ss), "step_s": sum(s.wall_s for s in ss) / len(ss),
+                        "exposed_comm_s": sum(s.breakdown["exposed_comm"] for s in ss) / len(ss),
+                        "exposed_p2p_s": sum(s.breakdown["exposed_p2p"] for s in ss) / len(ss)})
+        return out
+
     def misses(self, top: int = 10) -> list[Match]:
         return sorted(self.matches, key=lambda x: -abs(x.miss_s))[:top]
 
@@ -283,6 +297,7 @@ class TraceComparison:
                     "num_gpus": self.job.cluster.num_gpus, "plan": self.job.plan.short() if hasattr(self.job.plan, "short") else str(self.job.plan),
                     "framework": self.job.framework, "profile": self.profile_name},
             "steps_measured": len(ms.steps),
+            "per_trace": self.per_trace(),
             "step_time_s": {"measured": ms.step_s, "predicted": self.predicted.step_s},
             "breakdown_s": [{"field": k, "measured": a, "predicted": b} for k, a, b in self.breakdown()],
             "communication_s": {"measured_total": ms.mean(lambda s: s.comm_s),
