@@ -167,6 +167,7 @@ _SUBCOMMAND_MODULES: list[str] = [
 _COMMANDS_OF: dict[str, tuple[str, ...]] = {
     "clustertwin.calibrate.cli": ("calibrate", "measure"),
     "clustertwin.export.cli": ("trace", "sim"),
+    "clustertwin.profiler.cli": ("compare-trace",),
     "clustertwin.reliability.cli": ("goodput",),
     "clustertwin.report.cli": ("report",),
     "clustertwin.search.cli": ("search", "sweep"),
