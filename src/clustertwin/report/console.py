@@ -233,6 +233,14 @@ def cluster_table(c: ClusterSpec) -> Fit:
     return _fields(f"cluster {c.name}", rows)
 
 
+def _energy_line(p: Prediction) -> str:
+    e = p.energy
+    gpu = p.job.cluster.gpu
+    capped = f" (cap {gpu.tdp_w:,.0f} W)" if gpu.rated_tdp_w and gpu.tdp_w < gpu.rated_tdp_w else ""
+    return (f"{format_si(e.energy_per_step_j, 'J')} per step, {e.energy_per_token_j:.3g} J/token; "
+            f"{e.average_power_per_gpu_w:,.0f} W per GPU{capped}")
+
+
 def prediction_tables(p: Prediction) -> list:
     from ..calibrate.bands import describe
     job, plan = p.job, p.graph.plan
@@ -248,6 +256,7 @@ def prediction_tables(p: Prediction) -> list:
         ("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}"),
         ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}"),
         ("micro-batches", f"{p.graph.num_microbatches} per step"),
+        ("energy", _energy_line(p)),
         ("memory per GPU", Text.assemble(f"{_gb(p.memory.total_bytes)} of {_gb(p.memory.capacity_bytes)}: ", fits)),
     ])
 
