@@ -159,6 +159,7 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
 _SUBCOMMAND_MODULES: list[str] = [
     "clustertwin.calibrate.cli",
     "clustertwin.export.cli",
+    "clustertwin.power.cli",
     "clustertwin.reliability.cli",
     "clustertwin.report.cli",
     "clustertwin.search.cli",
