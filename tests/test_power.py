@@ -84,12 +84,26 @@ def test_frontier_is_monotone_and_saves_perseus_sized_energy_at_1pct(pipe):
     assert all(a["energy_per_step_j"] > b["energy_per_step_j"] for a, b in zip(f, f[1:]))
     assert f[0]["energy_per_step_j"] == pytest.approx(plan.baseline_energy_j)
     assert plan.slowdown <= 0.01 + 1e-9
-    # Perseus (SOSP'24): up to 30% less energy; a 4-stage pipeline with an LM-head-heavy last stage
-    # leaves its first three stages slack: savings of that order, not a few percent nor half
-    assert 0.05 < plan.energy_saving < 0.35
+    assert 0.05 < plan.energy_saving < 0.35      # uniform split: the LM-head stage leaves the others slack
     clocks = plan.clocks()
     # the critical (last, LM-head) stage keeps the highest clock; the others slow down
     assert all(clocks["stage3"]["backward_mhz"] > clocks[s]["backward_mhz"] for s in ("stage0", "stage1", "stage2"))
+
+
+def test_savings_of_the_size_perseus_measured_on_4_a100_stages():
+    """Perseus SOSP'24 Table 3 (data/validation/perseus_energy.csv): GPT-3 XL on 4 A100 stages saved 13.2%
+    at 0.1% slowdown. GPT-3 1.3B (= XL) split 7/6/6/5 layers like Perseus' partition, at <= 1% slowdown:
+    the same size (within a factor of two; the static power share is an assumption)."""
+    import csv
+    from pathlib import Path
+    rows = list(csv.DictReader(open(Path(__file__).resolve().parents[1] / "data/validation/perseus_energy.csv")))
+    xl = next(r for r in rows if r["workload"] == "gpt3-xl" and r["gpu"].startswith("a100"))
+    measured = float(xl["energy_reduction"])
+    p = ct.predict("gpt3-1.3b", gpu="a100-80gb", num_gpus=4, plan="tp=1,pp=4,dp=1,first=7,last=5", micro_batch=1,
+                   global_batch=8, seq_len=2048)
+    plan = plan_energy(p, 0.01)
+    assert plan.slowdown <= 0.01 + 1e-9
+    assert measured / 2 <= plan.energy_saving <= measured * 2
 
 
 def test_one_stage_pipeline_saves_nothing_without_slowdown():
