@@ -91,12 +91,16 @@ def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clust
 @app.command()
 @job_options(profile=True)
 def predict(job: JobOptions, profile: Optional[Path],
+            power_cap: Optional[str] = typer.Option(None, "--power-cap", help='GPU power limit, e.g. "500W"'),
+            clock: Optional[str] = typer.Option(None, "--clock", help='locked SM clock, e.g. "1410MHz"'),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
-    """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
+    """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU,
+    energy and average power."""
     from .jobs import job_from_options
+    from .power.energy import job_with_power, parse_power_flags
     from .predict import predict_job
     from .report.console import prediction_tables, print_all
-    pred = predict_job(job_from_options(job), profile)
+    pred = predict_job(job_with_power(job_from_options(job), *parse_power_flags(power_cap, clock)), profile)
     if as_json:
         _emit_json(pred.to_json())
         return
@@ -155,6 +159,7 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
 _SUBCOMMAND_MODULES: list[str] = [
     "clustertwin.calibrate.cli",
     "clustertwin.export.cli",
+    "clustertwin.power.cli",
     "clustertwin.profiler.cli",
     "clustertwin.reliability.cli",
     "clustertwin.report.cli",
@@ -167,6 +172,7 @@ _SUBCOMMAND_MODULES: list[str] = [
 _COMMANDS_OF: dict[str, tuple[str, ...]] = {
     "clustertwin.calibrate.cli": ("calibrate", "measure"),
     "clustertwin.export.cli": ("trace", "sim"),
+    "clustertwin.power.cli": ("energy", "heat"),
     "clustertwin.profiler.cli": ("compare-trace",),
     "clustertwin.reliability.cli": ("goodput",),
     "clustertwin.report.cli": ("report",),

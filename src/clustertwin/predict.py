@@ -109,6 +109,12 @@ class Prediction:
                 "dropped_fraction": dropped, "imbalance_s": self.breakdown_s.get("moe_imbalance", 0.0)}
 
     @property
+    def energy(self):
+        """Energy and power of one step (``clustertwin.power.energy.EnergyEstimate``)."""
+        from .power.energy import estimate_energy
+        return estimate_energy(self)
+
+    @property
     def expected_error(self) -> dict[str, Any]:
         """The step-time error band of runs like this one, cross-validated (``calibrate/bands.py``)."""
         from .calibrate.bands import expected_error
@@ -132,6 +138,7 @@ class Prediction:
             "num_microbatches": self.graph.num_microbatches,
             "bubble_fraction": self.step.breakdown_s["bubble"] / self.step_time_s,
             "expected_error": self.expected_error,
+            **self.energy.summary(),
             **({"moe": self.moe_routing()} if self.job.model.is_moe else {}),
             "inputs": {
                 "model": job.model.model_dump(exclude_defaults=False),

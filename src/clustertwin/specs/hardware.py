@@ -111,21 +111,13 @@ class GPUSpec(Frozen):
     rated_tdp_w: float | None = Field(None, gt=0, description="the TDP the datasheet peaks and efficiencies refer "
                                       "to, when tdp_w is a lower power cap; None = tdp_w")
     sm_count: int = Field(108, gt=0, description="SMs/CUs: bounds how small GEMMs fill the chip")
+    clock_hz: float | None = Field(None, gt=0, description="a locked SM clock (nvidia-smi -lgc); None = the clock "
+                                   "DVFS sustains under tdp_w (cost/power.py prices both)")
 
     _p_hbm: Any = field_validator("hbm_bytes", mode="before")(classmethod(_q("bytes")))
     _p_bw: Any = field_validator("hbm_bandwidth_bytes_per_s", "scaleup_bandwidth_bytes_per_s",
                             "pcie_bandwidth_bytes_per_s", mode="before")(classmethod(_q("bandwidth")))
     _p_tdp: Any = field_validator("tdp_w", "rated_tdp_w", mode="before")(classmethod(_q("power")))
-
-    @property
-    def power_clock_scale(self) -> float:
-        """Sustained tensor-core clock under a power cap, relative to the rated TDP. Dense GEMMs run
-        power-bound at the rated TDP; dynamic power goes as C V^2 f with V roughly proportional to f
-        over the DVFS range, so the sustainable clock goes as the cube root of the power allowed
-        (a model, not a measurement: a calibrated profile of the capped GPU replaces it)."""
-        if self.rated_tdp_w is None or self.tdp_w >= self.rated_tdp_w:
-            return 1.0
-        return (self.tdp_w / self.rated_tdp_w) ** (1.0 / 3.0)
 
     @field_validator("peak_flops", mode="before")
     @classmethod
