@@ -24,6 +24,13 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   (across nodes): the switch reduces, at the measured NVLS bandwidth.
 * **PAT** (all-gather / reduce-scatter with one rank per node, NCCL 2.23+): log-depth latency
   plus a linear term, at 0.75 of the ring's bandwidth.
+* **Broadcast**: NCCL runs it as a pipelined ring only; every rank receives the buffer once
+  (bus factor 1), and a message's first bytes cross the ring's n - 1 hops.
+* **CollNet** (all-reduce across nodes of a cluster whose switches reduce, InfiniBand SHARP with
+  NCCL_COLLNET_ENABLE): each node sends its buffer up once and receives the reduced one once, half
+  a ring's network traffic. CollNet Direct scatters and gathers the buffer over NVLink so that each
+  GPU's NIC carries 1/ranks per node of it; CollNet Chain runs the tree's NVLink chain. The same
+  switches let NVLS span nodes (NVLS + SHARP).
 
 Traffic between leaf switches pays the fat-tree's oversubscription, and each switch tier beyond
 the leaf adds two hops to every network step (tiers from the group's node span and the switch radix).
@@ -31,11 +38,13 @@ the leaf adds two hops to every network step (tiers from the group's node span a
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ..constants import value
+from ..errors import SpecError
 from ..parallel.layout import GroupPlacement
 from ..specs.hardware import ClusterSpec
 from .profile import HardwareProfile, architecture_of
@@ -46,12 +55,25 @@ BUS_FACTOR = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
 }
+COLLECTIVES = tuple(BUS_FACTOR)
 
 PROTOCOLS = ("ll", "ll128", "simple")
-ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
-_RING, _TREE_ALGO, _NVLS, _NVLS_TREE, _PAT = (ALGORITHMS.index(a) for a in ALGORITHMS)
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain")
+_RING, _TREE_ALGO, _NVLS, _NVLS_TREE, _PAT, _COLLNET_DIRECT, _COLLNET_CHAIN = (ALGORITHMS.index(a) for a in ALGORITHMS)
+# what ``--algorithm`` names (NCCL_ALGO's families): the menu's algorithms each stands for
+ALGORITHM_FAMILIES = {"ring": ("ring",), "tree": ("tree",), "nvls": ("nvls", "nvls_tree"), "pat": ("pat",),
+                      "collnet": ("collnet_direct", "collnet_chain")}
+_FAMILY_NEEDS = {
+    "ring": "every collective but all-to-all and send/recv runs it",
+    "tree": "all-reduce across nodes (the model has no one-node tree)",
+    "nvls": "all-reduce on NVSwitch nodes of Hopper or later; across nodes NVLS tree (or NVLS with "
+            "in_network_reduction)",
+    "pat": "all-gather or reduce-scatter with one rank per node across nodes",
+    "collnet": "all-reduce across nodes of a cluster with in_network_reduction: true (InfiniBand SHARP)",
+}
 # columns of a menu row: latency, seconds per byte, algorithm, protocol
 _COLS = 4
 _LAT_COL, _INV_COL, _ALG_COL, _PROTO_COL = range(_COLS)
@@ -74,6 +96,36 @@ _NET_OVERHEAD_SIMPLE = value("nccl.net_overhead_simple_factor")
 _PLATEAU = value("nccl.ring_simple_plateau")
 _SWITCH_RADIX = value("cluster.switch_radix")
 _HOP = value("cluster.switch_hop_latency_s")
+_COLLNET_ARITY = value("nccl.collnet_arity_latency_s")
+_COLLNET_HOPPER = value("nccl.collnet_direct_efficiency.hopper")
+
+
+@dataclass(frozen=True)
+class CollectiveEstimate:
+    """One collective as the model prices it: NCCL's pick (or the forced algorithm), its time and
+    nccl-tests' bandwidths (algbw = bytes / time, busbw = algbw x the op's bus factor), and the two
+    tiers it crosses. ``nbytes`` is nccl-tests' "size": the buffer per rank of an all-reduce or
+    broadcast, the whole gathered buffer of an all-gather / reduce-scatter, a rank's send buffer of
+    an all-to-all."""
+    op: str
+    nbytes: float
+    num_gpus: int
+    nodes: int
+    ranks_per_node: int
+    algorithm: str
+    protocol: str
+    time_s: float
+    latency_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    intra: dict | None
+    inter: dict | None
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "bytes": int(self.nbytes), "num_gpus": self.num_gpus, "nodes": self.nodes,
+                "ranks_per_node": self.ranks_per_node, "algorithm": self.algorithm, "protocol": self.protocol,
+                "time_s": self.time_s, "latency_s": self.latency_s, "algbw_bytes_per_s": self.algbw_bytes_per_s,
+                "busbw_bytes_per_s": self.busbw_bytes_per_s, "phases": {"intra": self.intra, "inter": self.inter}}
 
 
 def expected_target_nodes(top_k: int, nodes: int, groups: int = 0, topk_groups: int = 0) -> float:
@@ -203,6 +255,13 @@ class NetworkPricer:
         busbw = self.bandwidth(pl, kind)
         nsteps = (2 if ar else 1) * (n - 1)
         n_inter = 0 if N == 1 else (2 if ar else 1) * (N - 1)
+        if kind == "broadcast":
+            # a pipelined ring: the first bytes cross its n - 1 hops (N - 1 of them between nodes)
+            for p, proto in enumerate(PROTOCOLS):
+                bw = {"ll": min(busbw * _LL, ll_max), "ll128": busbw * _LL128, "simple": busbw}[proto]
+                hops = (n - N) * nv_lat("ring", proto) + (N - 1) * net_lat("tree" if ppn == 1 else "ring", proto)
+                out.append((_lat("base", "ring", proto) + hops, factor / bw, _RING, p))
+            return out
         for p, proto in enumerate(PROTOCOLS):
             bw = {"ll": min(busbw * _LL, ll_max), "ll128": busbw * _LL128, "simple": busbw}[proto]
             intra = nv_lat("ring", proto)
@@ -237,6 +296,28 @@ class NetworkPricer:
                 lat = (_lat("base", "nvls_tree", "simple") + nv_lat("nvls", "simple")
                        + 2 * _log2i(N) * net_lat("nvls_tree", "simple"))
                 out.append((lat, 1.0 / algbw, _NVLS_TREE, simple))
+                if self.cluster.in_network_reduction:
+                    # NVLS + SHARP: each node sends its buffer up once and gets the reduction back once
+                    algbw = min(self.nvls, node_nic)
+                    lat = nv_lat("nvls", "simple") + net_lat("nvls", "simple")
+                    out.append((lat, 1.0 / algbw, _NVLS, simple))
+        if ar and N > 1 and self.cluster.in_network_reduction:
+            node_nic = ppn * self.nic_per_gpu / self._taper(pl)
+            hopper = _COLLNET_HOPPER if self.arch in ("hopper", "blackwell") else 1.0
+            if self.cluster.node.scaleup_fabric == "nvswitch":
+                # CollNet Direct: NVLink reduce-scatter and all-gather ((ppn-1)/ppn of the buffer each way
+                # through a GPU's port, twice), each GPU's NIC carrying 1/ppn of the buffer up and down
+                intra_bw = self.nvlink * ppn / (2.0 * (ppn - 1)) if ppn > 1 else math.inf
+                algbw = hopper * min(intra_bw, node_nic)
+                lat = (_lat("base", "collnet_direct", "simple") + net_lat("collnet_direct", "simple")
+                       + 2 * (min(1, ppn - 1) * nv_lat("collnet_direct", "simple") + (ppn - 1) * _COLLNET_ARITY))
+                out.append((lat, 1.0 / algbw, _COLLNET_DIRECT, simple))
+            # CollNet Chain: the tree's NVLink chain (half the port each way), the node's NICs carry the buffer once
+            chain = self.nvlink / 2 if ppn > 1 else math.inf
+            algbw = min(chain, node_nic)
+            lat = (_lat("base", "collnet_chain", "simple") + net_lat("collnet_chain", "simple")
+                   + 2 * (ppn - 1) * nv_lat("collnet_chain", "simple"))
+            out.append((lat, 1.0 / algbw, _COLLNET_CHAIN, simple))
         if not ar and N > 1 and ppn == 1:
             # PAT: all-gather / reduce-scatter with one rank per node
             lat = (_lat("base", "pat", "simple") + _log2i(N) * net_lat("pat", "simple") / _PAT_LOG_DIV
@@ -281,6 +362,50 @@ class NetworkPricer:
         if menu is None:       # plain floats: one message at a time is faster without numpy
             menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL])) for r in self.options(kind, pl)]
         return min(lat + nbytes * inv for lat, inv in menu)
+
+    def estimate(self, kind: str, nbytes: float, pl: GroupPlacement, algorithm: str = "auto") -> CollectiveEstimate:
+        """One collective priced as ``time`` prices it (``algorithm="auto"``: NCCL's pick, the same
+        seconds), or with ``algorithm`` forced (a family of ALGORITHM_FAMILIES: NCCL_ALGO); SpecError
+        where NCCL cannot run that algorithm for ``kind`` on ``pl``."""
+        if kind not in BUS_FACTOR:
+            raise SpecError("op", f"unknown collective {kind!r}", f"use one of {', '.join(COLLECTIVES)}")
+        n = pl.size
+        if algorithm != "auto" and algorithm not in ALGORITHM_FAMILIES:
+            raise SpecError("algorithm", f"unknown algorithm {algorithm!r}",
+                            f"use auto or one of {', '.join(ALGORITHM_FAMILIES)}")
+        if kind in ("send_recv", "all_to_all"):
+            if algorithm != "auto":
+                raise SpecError("algorithm", f"NCCL runs {kind} as point-to-point sends, not {algorithm}",
+                                "use --algorithm auto")
+            algo, proto, t, lat = "p2p", "simple", self.time(kind, nbytes, pl), self.latency(pl, kind)
+        else:
+            opts = self.options(kind, pl)
+            if algorithm != "auto":
+                allowed = [ALGORITHMS.index(a) for a in ALGORITHM_FAMILIES[algorithm]]
+                opts = opts[np.isin(opts[:, _ALG_COL], allowed)] if len(opts) else opts
+                if n > 1 and not len(opts):
+                    where = f"{n} GPUs ({pl.nodes} node{'s' if pl.nodes > 1 else ''} of {self.cluster.gpu.name})"
+                    raise SpecError("algorithm", f"NCCL cannot run {algorithm} for {kind} on {where}",
+                                    f"{algorithm} needs {_FAMILY_NEEDS[algorithm]}; use --algorithm auto")
+            if not len(opts) or nbytes <= 0:
+                algo, proto, t, lat = "none", "none", 0.0, 0.0
+            else:
+                tt = opts[:, _LAT_COL] + nbytes * opts[:, _INV_COL]
+                i = int(np.argmin(tt))
+                algo, proto = ALGORITHMS[int(opts[i, _ALG_COL])], PROTOCOLS[int(opts[i, _PROTO_COL])]
+                t, lat = float(tt[i]), float(opts[i, _LAT_COL])
+        algbw = nbytes / t if t > 0 else 0.0
+        intra = inter = None
+        if pl.ranks_per_node > 1 and n > 1:
+            intra = {"link": self.cluster.node.scaleup_fabric, "ranks_per_node": pl.ranks_per_node,
+                     "bandwidth_bytes_per_s": self.nvlink, "step_latency_s": self.cluster.intra_node_latency_s}
+        if pl.nodes > 1:
+            inter = {"link": self.cluster.topology, "nodes": pl.nodes,
+                     "nic_bandwidth_bytes_per_s": pl.ranks_per_node * self.nic_per_gpu,
+                     "oversubscription": self._taper(pl), "switch_tiers": self.switch_tiers(pl),
+                     "step_latency_s": self._step_latency(pl)}
+        return CollectiveEstimate(kind, float(nbytes), n, pl.nodes, pl.ranks_per_node, algo, proto, t, lat, algbw,
+                                  algbw * BUS_FACTOR[kind](n) if n > 1 else 0.0, intra, inter)
 
     def time_many(self, kind: str, nbytes: np.ndarray, placements: Sequence[GroupPlacement],
                   index: np.ndarray) -> np.ndarray:

@@ -196,6 +196,8 @@ class ClusterSpec(Frozen):
     oversubscription: float = Field(1.0, ge=1.0, le=64.0, description="fat-tree taper above the leaf, 1 = full bisection")
     nodes_per_leaf: int = Field(int(value("cluster.nodes_per_leaf")), gt=0, le=100_000,
                                 description="nodes under one leaf (rail) switch group; beyond it traffic pays the taper")
+    in_network_reduction: bool = Field(False, description="switches reduce in the network (InfiniBand SHARP): NCCL "
+                                       "may run CollNet and multi-node NVLS all-reduce (NCCL_COLLNET_ENABLE=1)")
     intra_node_latency_s: float = Field(value("cluster.intra_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step on NVLink")
     inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-3,
