@@ -101,8 +101,8 @@ def test_bad_topology_fields_are_one_line(tmp_path, capsys, text, field):
 def test_docs_commands_run_as_written(capsys):
     text = (ROOT / "docs" / "cluster.md").read_text(encoding="utf-8")
     commands = [line.split()[1:] for block in re.findall(r"```\n(.*?)```", text, flags=re.S)
-                for line in block.splitlines() if line.startswith("clustertwin collective")]
-    assert len(commands) >= 6
+                for line in block.splitlines() if line.startswith(("clustertwin collective", "clustertwin place"))]
+    assert len(commands) >= 10
     for args in commands:
         code = main(args)
         out, err = capsys.readouterr()

@@ -21,6 +21,7 @@ def _size(b: float) -> str:
 
 def register(app: typer.Typer) -> None:
     from .. import cli as base
+    register_place(app)
 
     @app.command()
     def collective(op: str = typer.Option(..., "--op", help="all_reduce | all_gather | reduce_scatter | all_to_all | "
@@ -74,3 +75,57 @@ def register(app: typer.Typer) -> None:
             t.add_row(_size(r.nbytes), f"{r.time_s * 1e6:,.1f} us", _gbps(r.algbw_bytes_per_s),
                       _gbps(r.busbw_bytes_per_s), f"{r.algorithm}/{r.protocol}")
         base.console.print(t)
+
+
+def register_place(app: typer.Typer) -> None:
+    from .. import cli as base
+
+    @app.command()
+    def place(jobs_file: str = typer.Argument(..., metavar="JOBS.yaml", help="the jobs (docs/cluster.md)"),
+              cluster: str = typer.Option(..., "--cluster", help="cluster preset or YAML/JSON file"),
+              policy: str = typer.Option("topology-aware", "--policy",
+                                         help="packed | spread | topology-aware | shape-folding (torus + OCS)"),
+              trace: Optional[str] = typer.Option(None, "--trace", help="write a Perfetto JSON of who shares which "
+                                                  "link to this file"),
+              as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
+        """Place several training jobs on one cluster: each job's nodes and leaves, its slowdown from
+        sharing leaf uplinks with the others, utilization, fragmentation and completion times."""
+        import json
+        from pathlib import Path
+        from rich.table import Table
+        from ..catalog import load_cluster
+        from .placement import perfetto, place_jobs, read_jobs
+        reqs = read_jobs(jobs_file)
+        res = place_jobs(load_cluster(cluster), reqs, policy.strip().lower())
+        if trace:
+            Path(trace).write_text(json.dumps(perfetto(res)), encoding="utf-8")
+        if as_json:
+            base._emit_json(res.to_json())
+            return
+        from rich import box
+        t = Table(title=f"{len(res.jobs)} jobs on {res.cluster} ({res.num_nodes} nodes, {res.policy})",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+        plural = {"leaf": "leaves", "ocs block": "blocks", "torus row": "rows"}[res.domain]
+        for col in ("job", "nodes", plural, "start", "end", "step alone", "slowdown"):
+            t.add_column(col, justify="left" if col == "job" else "right", no_wrap=True)
+        lines = []
+        for j in res.jobs:
+            shared = sorted({x for v in j.sharing.values() for x in v})
+            leaves = ",".join(map(str, j.leaves)) if len(j.leaves) <= 4 else f"{j.leaves[0]}..{j.leaves[-1]} ({len(j.leaves)})"
+            slow = 0.0 if abs(j.slowdown) < 5e-4 else j.slowdown
+            t.add_row(j.name, str(len(j.nodes)), leaves, _dur(j.start_s), _dur(j.end_s), f"{j.step_time_alone_s:.2f} s",
+                      f"{slow:+.1%}")
+            if shared:
+                lines.append(f"{j.name} shares {res.domain} uplinks with {', '.join(shared)} "
+                             f"(demand up to {j.worst_taper:.2f}x their bandwidth)")
+        base.console.print(t)
+        for line in lines:
+            base.console.print(line, highlight=False)
+        base.console.print(f"makespan {_dur(res.makespan_s)}, utilization {res.utilization:.0%}, "
+                           f"fragmentation {res.fragmentation:.0%}"
+                           + (f"; not placed: {', '.join(res.unplaced)}" if res.unplaced else ""))
+
+
+def _dur(s: float) -> str:
+    from ..units import format_duration
+    return format_duration(s) if s > 0 else "0"
