@@ -225,7 +225,9 @@ class NetworkPricer:
         if self.cluster.topology == "torus":
             sl = [x for x in torus_slice(self.cluster, pl.node_span) if x[0] > 1]
             a, wraps = max(sl) if sl else (1, False)
-            bis = (8.0 if wraps else 4.0) * self.torus_link / a if a > 1 else math.inf
+            cut = 2 if wraps else 1          # links of a node column crossing the cut, each way
+            # half of every node's bytes cross; n / a columns of cut links carry them each way
+            bis = 2 * 2 * cut * self.torus_link / a if a > 1 else math.inf
             return min(self.node_network(pl), bis) / pl.ranks_per_node
         return self.nic_per_gpu / self._taper(pl)
 
