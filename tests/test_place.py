@@ -126,6 +126,8 @@ def test_cli_done_when_with_the_training_model(capsys, tmp_path):
     ("jobs: [{name: a, model: llama3-8b, num_gpus: 8, arrival: soon}]", [], "arrival"),
     ("jobs: [{name: a, model: llama3-8b, num_gpus: 8, steps: 0}]", [], "steps"),
     ("jobs: [unclosed", [], "jobs"),
+    ("jobs: [{name: a, model: no-such-model, num_gpus: 8}]", [], "model"),
+    ("jobs: [{name: a, model: llama3-70b, num_gpus: 8, plan: \"tp=1\"}]", [], "plan"),
 ])
 def test_bad_input_is_one_line(tmp_path, capsys, text, args, field):
     f = tmp_path / "jobs.yaml"
@@ -134,7 +136,7 @@ def test_bad_input_is_one_line(tmp_path, capsys, text, args, field):
     err = capsys.readouterr().err
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert re.match(r"error: [^:;]+: .+", lines[0]) and field in lines[0].split(":")[1], lines[0]
+    assert re.match(r"error: [^:;]+: .+", lines[0]) and field in lines[0].split(":", 2)[1], lines[0]
 
 
 def test_missing_jobs_file_is_one_line(capsys):

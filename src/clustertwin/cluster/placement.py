@@ -216,12 +216,13 @@ def _place(policy: str, need: int, free: list[bool], per: int, torus: bool) -> l
     if policy == "packed":
         return [i for i in range(n) if free[i]][:need]
     if policy == "spread":
-        out, queues = [], [list(f) for f in free_in]
-        while len(out) < need:
+        dealt: list[int] = []
+        queues = [list(f) for f in free_in]
+        while len(dealt) < need:
             for q in queues:
-                if q and len(out) < need:
-                    out.append(q.pop(0))
-        return sorted(out)
+                if q and len(dealt) < need:
+                    dealt.append(q.pop(0))
+        return sorted(dealt)
     # topology-aware: fewest leaves; the last part where it fits tightest (best fit)
     avail = {d: list(free_in[d]) for d in range(nd) if free_in[d]}
     out: list[int] = []
