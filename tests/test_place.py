@@ -3,6 +3,7 @@ share do not; the queue, the policies and every bad input."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -22,8 +23,9 @@ def cluster(num_nodes=8, per_leaf=2, taper=2.0):
 
 
 def stub(req, c):
-    """A step that waits on the network: 1 s plus 0.5 s per unit of taper above 1 (monotone)."""
-    return 1.0 + 0.5 * (c.oversubscription - 1.0)
+    """A step that waits on the network: 1 s plus 0.5 s per unit of the worst taper above 1 (monotone)."""
+    worst = max(c.oversubscription, math.prod(c.tier_oversubscription or (1.0,)))
+    return 1.0 + 0.5 * (worst - 1.0)
 
 
 def jobs(*sizes, steps=10):
@@ -55,8 +57,20 @@ def test_full_bisection_has_no_contention():
 def test_uplink_demand_is_nodes_over_capacity():
     c = cluster(per_leaf=4, taper=2.0)                         # capacity: 2 nodes' NICs per leaf
     load = uplink_load(c, {"a": [0, 1, 4, 5], "b": [2, 6], "c": [3]})
-    assert load[0] == (["a", "b"], pytest.approx(1.5)) and load[1] == (["a", "b"], pytest.approx(1.5))
-    assert 0 not in uplink_load(c, {"c": [3]})                 # under one leaf: nothing goes up
+    assert load["leaf 0"] == (["a", "b"], pytest.approx(1.5)) and load["leaf 1"] == (["a", "b"], pytest.approx(1.5))
+    assert not uplink_load(c, {"c": [3]})                      # under one leaf: nothing goes up
+
+
+def test_pod_uplinks_are_shared_too():
+    """Three tiers (leaves of 2 nodes, pods of 4, tapers 1 and 4): jobs under one pod each never
+    contend; jobs spread over both pods share the pods' 1:4 uplinks."""
+    c = cluster(num_nodes=8, per_leaf=2, taper=1.0).model_copy(
+        update={"nodes_per_pod": 4, "tier_oversubscription": (1.0, 4.0)})
+    apart = place_jobs(c, jobs(4, 4), "packed", stub)          # pods 0 and 1: leaves full bisection
+    assert all(j.slowdown == 0 and not j.sharing for j in apart.jobs)
+    spread = place_jobs(c, jobs(4, 4), "spread", stub)
+    assert all(j.slowdown > 0 for j in spread.jobs)
+    assert any(k.startswith("pod") for k in spread.jobs[0].sharing)
 
 
 def test_queue_fifo_with_backfill_and_utilization():

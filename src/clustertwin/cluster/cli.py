@@ -116,7 +116,8 @@ def register_place(app: typer.Typer) -> None:
             t.add_row(j.name, str(len(j.nodes)), leaves, _dur(j.start_s), _dur(j.end_s), f"{j.step_time_alone_s:.2f} s",
                       f"{slow:+.1%}")
             if shared:
-                lines.append(f"{j.name} shares {res.domain} uplinks with {', '.join(shared)} "
+                groups = ", ".join(sorted(j.sharing, key=lambda g: (g.split()[0], int(g.split()[1]))))
+                lines.append(f"{j.name} shares the uplinks of {groups} with {', '.join(shared)} "
                              f"(demand up to {j.worst_taper:.2f}x their bandwidth)")
         base.console.print(t)
         for line in lines:

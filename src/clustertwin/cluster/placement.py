@@ -16,14 +16,15 @@ circuit switch blocks (``ocs_block``), or, without switches, one torus dimension
   switches must be contiguous).
 
 **Contention (switched networks).** A leaf's uplinks carry ``nodes_per_leaf`` x the node's NIC
-bandwidth / the first tier's taper. Each job spanning several leaves sends its nodes' traffic
-through the uplinks of each leaf it uses (the pricing's convention: a group crossing the leaf
-pays the taper on all its traffic); jobs under one leaf send nothing up. When the traffic of the
-jobs on a leaf exceeds its uplinks, each gets a share proportional to what it sends: a job's
-effective taper is the worst ratio of demand to uplink capacity over its leaves (at least 1), and
-its collectives are priced with that taper by the training model (``predict_job``). Alone, the
-same rule gives its taper without the others; the slowdown is the ratio of the two step times.
-A torus slice has its links to itself: no contention there.
+bandwidth / the first tier's taper; with a second taper, a pod's uplinks carry ``nodes_per_pod``
+x the NIC bandwidth / both tapers. Each job spanning several leaves (pods) sends its nodes'
+traffic through the uplinks of each leaf (pod) it uses (the pricing's convention: a group crossing
+the leaf pays the taper on all its traffic); a job under one leaf sends nothing up. When the
+traffic of the jobs on a group exceeds its uplinks, each gets a share proportional to what it
+sends: a job's effective taper at a tier is the worst ratio of demand to uplink capacity over its
+groups of that tier (at least 1), and its collectives are priced with those tapers by the training
+model (``predict_job``). Alone, the same rule gives its tapers without the others; the slowdown is
+the ratio of the two step times. A torus slice has its links to itself: no contention there.
 
 **Queue.** Jobs arrive at ``arrival_s`` and run ``steps`` steps. First come, first served, with
 greedy backfill: when the job at the head does not fit, later jobs that fit start (this can delay
@@ -39,6 +40,7 @@ from typing import Any, Callable
 
 import yaml
 
+from ..constants import value
 from ..errors import PlanError, SpecError
 from ..specs.hardware import ClusterSpec
 
@@ -72,7 +74,7 @@ class JobResult:
     steps: int
     step_time_alone_s: float
     busy_s: float = 0.0                     # time-weighted step time integral helper
-    sharing: dict[int, set[str]] = field(default_factory=dict)   # leaf -> other jobs on its uplinks
+    sharing: dict[str, set[str]] = field(default_factory=dict)   # "leaf 3" -> other jobs on its uplinks
     worst_taper: float = 1.0
 
     @property
@@ -92,7 +94,7 @@ class JobResult:
                 "end_s": self.end_s, "steps": self.steps, "step_time_alone_s": self.step_time_alone_s,
                 "mean_step_time_s": self.mean_step_time_s, "slowdown": self.slowdown,
                 "worst_uplink_taper": self.worst_taper,
-                "shares_uplinks_with": {str(k): sorted(v) for k, v in sorted(self.sharing.items()) if v}}
+                "shares_uplinks_with": {k: sorted(v) for k, v in sorted(self.sharing.items()) if v}}
 
 
 @dataclass
@@ -102,7 +104,7 @@ class Interval:
     start_s: float
     end_s: float
     running: list[str]
-    uplinks: dict[int, tuple[list[str], float]]
+    uplinks: dict[str, tuple[list[str], float]]
 
 
 @dataclass
@@ -260,37 +262,60 @@ def fragmentation(free: list[bool], per: int, contiguous: bool = False) -> float
 StepPricer = Callable[[JobRequest, ClusterSpec], float]
 
 
-def _first_taper(cluster: ClusterSpec) -> float:
-    return cluster.tier_oversubscription[0] if cluster.tier_oversubscription else cluster.oversubscription
+Load = dict[str, tuple[list[str], float]]
 
 
-def uplink_load(cluster: ClusterSpec, placed: dict[str, list[int]]) -> dict[int, tuple[list[str], float]]:
-    """Per leaf: the jobs sending through its uplinks (jobs spanning several leaves) and their demand
-    over the uplinks' capacity (nodes x NIC / (leaf nodes x NIC / taper))."""
+def switch_tiers(cluster: ClusterSpec) -> list[tuple[str, int, float]]:
+    """(name, nodes under one switch group, taper of everything below its uplinks) of each tier whose
+    uplinks jobs share: the leaf's (``tier_oversubscription[0]`` or ``oversubscription``) and, where
+    the cluster gives a second taper, the pod's (``nodes_per_pod`` nodes, both tapers)."""
     if cluster.topology == "torus":
-        return {}
-    per = cluster.nodes_per_leaf
-    cap = per / _first_taper(cluster)          # in nodes' worth of NIC bandwidth
-    out: dict[int, tuple[list[str], float]] = {}
-    for name, nodes in placed.items():
-        leaves: dict[int, int] = {}
-        for i in nodes:
-            leaves[i // per] = leaves.get(i // per, 0) + 1
-        if len(leaves) < 2:
-            continue
-        for leaf, m in leaves.items():
-            names, load = out.get(leaf, ([], 0.0))
-            out[leaf] = (names + [name], load + m / cap)
+        return []
+    tapers = cluster.tier_oversubscription or (cluster.oversubscription,)
+    out = [("leaf", cluster.nodes_per_leaf, tapers[0])]
+    if len(tapers) > 1:
+        pod = cluster.nodes_per_pod or cluster.nodes_per_leaf * int(value("cluster.switch_radix"))
+        out.append(("pod", pod, tapers[0] * tapers[1]))
     return out
 
 
-def job_taper(cluster: ClusterSpec, nodes: list[int], load: dict[int, tuple[list[str], float]]) -> float:
-    per = cluster.nodes_per_leaf
-    return max([1.0] + [load[i // per][1] for i in nodes if i // per in load])
+def _chunks(nodes: list[int], per: int) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for i in nodes:
+        out[i // per] = out.get(i // per, 0) + 1
+    return out
 
 
-def job_cluster(cluster: ClusterSpec, req: JobRequest, nodes: list[int], taper: float) -> ClusterSpec:
-    """The cluster a job is priced on: its GPUs, its leaf chunk as the leaf, the taper it gets."""
+def uplink_load(cluster: ClusterSpec, placed: dict[str, list[int]]) -> Load:
+    """Per switch group ("leaf 3", "pod 1"): the jobs sending through its uplinks (those spanning
+    several groups of that tier) and their demand over the uplinks' capacity, both in nodes' worth
+    of NIC bandwidth (a group of g nodes under a cumulative taper t has g / t)."""
+    out: Load = {}
+    for tier, per, taper in switch_tiers(cluster):
+        cap = per / taper
+        for name, nodes in placed.items():
+            groups = _chunks(nodes, per)
+            if len(groups) < 2:
+                continue
+            for g, m in groups.items():
+                names, load = out.get(f"{tier} {g}", ([], 0.0))
+                out[f"{tier} {g}"] = (names + [name], load + m / cap)
+    return out
+
+
+def job_tapers(cluster: ClusterSpec, nodes: list[int], load: Load) -> tuple[float, ...]:
+    """The taper a job gets at each tier: its worst group's demand over capacity (at least 1, and at
+    least the tier below's)."""
+    out: list[float] = []
+    for tier, per, _taper in switch_tiers(cluster):
+        worst = max([1.0] + [load[f"{tier} {g}"][1] for g in _chunks(nodes, per) if f"{tier} {g}" in load])
+        out.append(max([worst] + out))
+    return tuple(out)
+
+
+def job_cluster(cluster: ClusterSpec, req: JobRequest, nodes: list[int], tapers: tuple[float, ...]) -> ClusterSpec:
+    """The cluster a job is priced on: its GPUs, its share of a leaf (and pod) as the leaf (and
+    pod), and the tapers it gets there."""
     c = cluster.with_gpus(req.num_gpus)
     if cluster.topology == "torus":
         if not cluster.ocs_block:
@@ -303,12 +328,16 @@ def job_cluster(cluster: ClusterSpec, req: JobRequest, nodes: list[int], taper: 
             i = min(range(len(block)), key=lambda i: (block[i] * mult[i], i))
             mult[i] *= prime
         return c.model_copy(update={"torus_dims": tuple(b * m for b, m in zip(block, mult))})
-    per = cluster.nodes_per_leaf
-    chunks: dict[int, int] = {}
-    for i in nodes:
-        chunks[i // per] = chunks.get(i // per, 0) + 1
-    return c.model_copy(update={"oversubscription": max(1.0, taper), "tier_oversubscription": (),
-                                "nodes_per_leaf": max(1, min(chunks.values()))})
+    tiers = switch_tiers(cluster)
+    leaf = max(1, min(_chunks(nodes, tiers[0][1]).values()))
+    update: dict = {"oversubscription": tapers[0], "tier_oversubscription": (tapers[0],), "nodes_per_leaf": leaf}
+    if len(tiers) > 1:
+        pod = min(_chunks(nodes, tiers[1][1]).values())
+        if pod > leaf:
+            update.update(tier_oversubscription=(tapers[0], tapers[1] / tapers[0]), nodes_per_pod=pod)
+        else:       # the job's part of each pod sits under one leaf: leaving the leaf leaves the pod
+            update.update(oversubscription=tapers[1], tier_oversubscription=(tapers[1],))
+    return c.model_copy(update=update)
 
 
 def _prime_factors(k: int) -> list[int]:
@@ -381,8 +410,8 @@ def place_jobs(cluster: ClusterSpec, jobs: list[JobRequest], policy: str = "topo
                 free[i] = False
             pending.remove(r)
             running[r.name] = (r, nodes, float(r.steps))
-            alone = price(r, job_cluster(cluster, r, nodes, job_taper(cluster, nodes,
-                                                                       uplink_load(cluster, {r.name: nodes}))))
+            alone = price(r, job_cluster(cluster, r, nodes, job_tapers(cluster, nodes,
+                                                                        uplink_load(cluster, {r.name: nodes}))))
             results[r.name] = JobResult(r.name, nodes, sorted({i // per for i in nodes}), t, t, r.steps, alone)
             frag_seen = max(frag_seen, fragmentation(free, per, torus and policy != "shape-folding"))
         if not running:
@@ -397,14 +426,14 @@ def place_jobs(cluster: ClusterSpec, jobs: list[JobRequest], policy: str = "topo
         load = uplink_load(cluster, {k: v[1] for k, v in running.items()})
         rates = {}
         for name, (r, nodes, _left) in running.items():
-            taper = job_taper(cluster, nodes, load)
+            tapers = job_tapers(cluster, nodes, load)
             res = results[name]
-            res.worst_taper = max(res.worst_taper, taper)
-            for leaf in {i // per for i in nodes}:
-                others = [x for x in load[leaf][0] if x != name] if leaf in load else []
-                if others:
-                    res.sharing.setdefault(leaf, set()).update(others)
-            rates[name] = price(r, job_cluster(cluster, r, nodes, taper))
+            res.worst_taper = max([res.worst_taper, *tapers])
+            for key, (names, _load) in load.items():
+                others = [x for x in names if x != name]
+                if name in names and others:
+                    res.sharing.setdefault(key, set()).update(others)
+            rates[name] = price(r, job_cluster(cluster, r, nodes, tapers))
         finish = min(t + running[k][2] * rates[k] for k in running)
         arrivals = [r.arrival_s for r in pending if r.arrival_s > t]
         t_next = min([finish] + arrivals)
@@ -433,18 +462,19 @@ def perfetto(result: PlacementResult) -> dict:
     """Chrome-trace JSON (ui.perfetto.dev): one track per job (when it runs, its step time against
     alone) and one per leaf uplink (which jobs send through it, their demand over its capacity)."""
     ev: list[dict] = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "jobs"}},
-                      {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": f"{result.domain} uplinks"}}]
+                      {"ph": "M", "pid": 2, "name": "process_name", "args": {"name": "switch uplinks"}}]
     for k, j in enumerate(result.jobs):
         ev.append({"ph": "M", "pid": 1, "tid": k, "name": "thread_name", "args": {"name": j.name}})
         ev.append({"ph": "X", "pid": 1, "tid": k, "name": j.name, "ts": j.start_s * 1e6,
                    "dur": (j.end_s - j.start_s) * 1e6,
                    "args": {"nodes": len(j.nodes), "leaves": j.leaves, "slowdown": round(j.slowdown, 4)}})
-    leaves = sorted({leaf for iv in result.intervals for leaf in iv.uplinks})
-    for leaf in leaves:
-        ev.append({"ph": "M", "pid": 2, "tid": leaf, "name": "thread_name", "args": {"name": f"leaf {leaf}"}})
+    groups = sorted({g for iv in result.intervals for g in iv.uplinks}, key=lambda g: (g.split()[0], int(g.split()[1])))
+    tid = {g: k for k, g in enumerate(groups)}
+    for g in groups:
+        ev.append({"ph": "M", "pid": 2, "tid": tid[g], "name": "thread_name", "args": {"name": f"{g} uplinks"}})
     for iv in result.intervals:
-        for leaf, (names, load) in iv.uplinks.items():
-            ev.append({"ph": "X", "pid": 2, "tid": leaf, "name": " + ".join(names), "ts": iv.start_s * 1e6,
+        for g, (names, load) in iv.uplinks.items():
+            ev.append({"ph": "X", "pid": 2, "tid": tid[g], "name": " + ".join(names), "ts": iv.start_s * 1e6,
                        "dur": (iv.end_s - iv.start_s) * 1e6,
                        "args": {"jobs": names, "demand_over_capacity": round(load, 4)}})
     return {"displayTimeUnit": "ms", "traceEvents": ev}
