@@ -153,6 +153,13 @@ def test_bad_input_is_one_line(tmp_path, capsys, text, args, field):
     assert re.match(r"error: [^:;]+: .+", lines[0]) and field in lines[0].split(":", 2)[1], lines[0]
 
 
+def test_unwritable_trace_is_one_line(capsys):
+    code = main(["place", str(EX / "jobs.yaml"), "--cluster", str(EX / "tapered-leaves.yaml"),
+                 "--trace", "/no/such/dir/t.json"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error: trace:") and len(err.strip().splitlines()) == 1, err
+
+
 def test_missing_jobs_file_is_one_line(capsys):
     code = main(["place", "no-such-jobs.yaml", "--cluster", "eos"])
     err = capsys.readouterr().err

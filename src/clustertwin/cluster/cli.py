@@ -98,7 +98,12 @@ def register_place(app: typer.Typer) -> None:
         reqs = read_jobs(jobs_file)
         res = place_jobs(load_cluster(cluster), reqs, policy.strip().lower())
         if trace:
-            Path(trace).write_text(json.dumps(perfetto(res)), encoding="utf-8")
+            from ..errors import SpecError
+            try:
+                Path(trace).write_text(json.dumps(perfetto(res)), encoding="utf-8")
+            except OSError as e:
+                raise SpecError("trace", f"cannot write {trace!r} ({e.strerror or e})",
+                                "give a file in a directory that exists and is writable") from None
         if as_json:
             base._emit_json(res.to_json())
             return
