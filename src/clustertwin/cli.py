@@ -158,6 +158,7 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
 # (one line per subpackage; keep this block sorted)
 _SUBCOMMAND_MODULES: list[str] = [
     "clustertwin.calibrate.cli",
+    "clustertwin.cluster.cli",
     "clustertwin.export.cli",
     "clustertwin.power.cli",
     "clustertwin.profiler.cli",

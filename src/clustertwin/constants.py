@@ -385,12 +385,15 @@ def _nccl_latencies() -> list[Constant]:
     out = []
     tables = {
         "base": ({"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4), "pat": (None, None, 8.0),
-                  "nvls": (None, None, 0.0), "nvls_tree": (None, None, 0.0)},
+                  "nvls": (None, None, 0.0), "nvls_tree": (None, None, 0.0),
+                  "collnet_direct": (None, None, 0.0), "collnet_chain": (None, None, 0.0)},
                  "baseLatencies", "fixed cost per call"),
-        "nvlink": ({"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (None, None, 25.0)},
+        "nvlink": ({"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (None, None, 25.0),
+                    "collnet_direct": (None, None, 3.7), "collnet_chain": (None, None, 2.8)},
                    "hwLatencies NVLINK", "cost per step on NVLink"),
         "net": ({"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls_tree": (None, None, 20.9),
-                 "pat": (None, None, 14.0)},
+                 "pat": (None, None, 14.0), "nvls": (None, None, 18.0), "collnet_direct": (None, None, 31.0),
+                 "collnet_chain": (None, None, 30.0)},
                 "hwLatencies NET", "cost per step on the network"),
     }
     for tier, (table, label, what) in tables.items():
@@ -458,6 +461,13 @@ _NCCL: list[Constant] = [
              "assumed: Hopper's measured 0.61 scaled by NCCL's nvlsEfficiency Blackwell/Hopper 0.74/0.85 "
              "(tuning.cc); no Blackwell NVLS measurement at hand",
              "collective bandwidth: NVLink SHARP (NVLS) all-reduce algorithm bandwidth over the link peak"),
+    Constant("nccl.collnet_arity_latency_s", 0.4e-6, "s",
+             _TUNING_MODEL + ": CollNet Direct latency + (ranks per node - 1) x 0.4 us 'arity serialization', twice",
+             "collective latency: CollNet Direct (SHARP) all-reduce, per local rank"),
+    Constant("nccl.collnet_direct_efficiency.hopper", 0.85, "ratio",
+             _TUNING_MODEL + ": CollNet Direct all-reduce busBw *= .85 when the minimum compute capability is 9.0 "
+                             "or above",
+             "collective bandwidth: CollNet Direct (SHARP) all-reduce on Hopper and Blackwell nodes"),
     Constant("cluster.switch_radix", 64, "ports",
              "NVIDIA Quantum-2 (QM9700) InfiniBand switch: 64 ports of 400 Gb/s; a two-tier fat tree of them "
              "reaches 64 x 32 = 2,048 endpoints per rail at full bisection",
