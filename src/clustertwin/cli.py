@@ -172,6 +172,7 @@ _SUBCOMMAND_MODULES: list[str] = [
 # listed here, --help, or no command registers them all).
 _COMMANDS_OF: dict[str, tuple[str, ...]] = {
     "clustertwin.calibrate.cli": ("calibrate", "measure"),
+    "clustertwin.cluster.cli": ("place", "collective"),
     "clustertwin.export.cli": ("trace", "sim"),
     "clustertwin.power.cli": ("energy", "heat"),
     "clustertwin.profiler.cli": ("compare-trace",),
