@@ -635,12 +635,16 @@ def test_flash2_is_slower_than_flash_on_hopper_only():
     assert a2.step_time_s == pytest.approx(a3.step_time_s)   # Ampere's best kernel is FlashAttention-2
 
 
-def test_power_cap_derates_tensor_throughput_by_the_cube_root():
+def test_power_cap_lowers_the_tensor_clock_to_the_highest_that_fits():
     from clustertwin.catalog import load_gpu
+    from clustertwin.cost import power as pw
     capped = load_gpu("h100-sxm-96gb")
-    assert capped.power_clock_scale == pytest.approx((500 / 700) ** (1 / 3))
-    assert load_gpu("h100-sxm").power_clock_scale == 1.0
-    assert capped.model_copy(update={"tdp_w": 800.0}).power_clock_scale == 1.0
+    f = pw.clock(capped, "tensor")
+    # P_static + (P_rated - P_static) f^3 = cap (cost/power.py): a GEMM at that clock draws the cap
+    assert pw.power(capped, "tensor", f) == pytest.approx(500.0)
+    assert f < 1.0 and pw.clock(capped, "memory") == 1.0          # memory-bound work fits under the cap
+    assert pw.clock(load_gpu("h100-sxm"), "tensor") == 1.0
+    assert pw.clock(capped.model_copy(update={"tdp_w": 800.0}), "tensor") == 1.0
     from clustertwin.cost.compute import ComputePricer
     from clustertwin.specs.framework import get_framework
     from clustertwin.calibrate.profile import profile_for
@@ -650,7 +654,7 @@ def test_power_cap_derates_tensor_throughput_by_the_cube_root():
                                                      "hbm_bytes": capped.hbm_bytes})
     t_cap = ComputePricer(capped, profile_for(capped), get_framework("megatron")).gemm_time(op)
     t_full = ComputePricer(full, profile_for(full), get_framework("megatron")).gemm_time(op)
-    assert t_cap == pytest.approx(t_full / capped.power_clock_scale)
+    assert t_cap == pytest.approx(t_full / f)
 
 
 def test_fsdp_under_pp_keeps_the_stage_gathered_in_torchtitan():

@@ -62,7 +62,7 @@ FILE_MISTAKES = [
      "name: c\nnode: {name: n, gpu: h100, nic_bandwidth_bytes_per_s: 400}\nnum_node: 2\n", "--cluster",
      ["cluster:", "num_node: unknown field", "did you mean num_nodes", "nic_bandwidth_bytes_per_s: 400 has no unit",
       "missing num_nodes"]),
-    ("unknown topology", CLUSTER % "400Gbps" + "topology: torus\n", "--cluster", ["cluster.topology"]),
+    ("unknown topology", CLUSTER % "400Gbps" + "topology: dragonfly\n", "--cluster", ["cluster.topology"]),
     ("unknown GPU inside a cluster file", "name: c\nnode: {name: n, gpu: h1000, nic_bandwidth_bytes_per_s: 400Gbps}\n"
      "num_nodes: 2\n", "--cluster", ["cluster.node.gpu", "h1000"]),
     ("GPU memory without a unit", H100_GPU.replace("80GB", "80"), "--gpu", ["gpu.hbm_bytes", "no unit", "80GB"]),

@@ -91,12 +91,16 @@ def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clust
 @app.command()
 @job_options(profile=True)
 def predict(job: JobOptions, profile: Optional[Path],
+            power_cap: Optional[str] = typer.Option(None, "--power-cap", help='GPU power limit, e.g. "500W"'),
+            clock: Optional[str] = typer.Option(None, "--clock", help='locked SM clock, e.g. "1410MHz"'),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
-    """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU."""
+    """Predict one training iteration: step time and its breakdown, memory per GPU, tokens/s, MFU,
+    energy and average power."""
     from .jobs import job_from_options
+    from .power.energy import job_with_power, parse_power_flags
     from .predict import predict_job
     from .report.console import prediction_tables, print_all
-    pred = predict_job(job_from_options(job), profile)
+    pred = predict_job(job_with_power(job_from_options(job), *parse_power_flags(power_cap, clock)), profile)
     if as_json:
         _emit_json(pred.to_json())
         return
@@ -162,7 +166,10 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
 # (one line per subpackage; keep this block sorted)
 _SUBCOMMAND_MODULES: list[str] = [
     "clustertwin.calibrate.cli",
+    "clustertwin.cluster.cli",
     "clustertwin.export.cli",
+    "clustertwin.power.cli",
+    "clustertwin.profiler.cli",
     "clustertwin.reliability.cli",
     "clustertwin.report.cli",
     "clustertwin.search.cli",
@@ -170,13 +177,32 @@ _SUBCOMMAND_MODULES: list[str] = [
 ]
 
 
-def _register_subcommands() -> None:
+# The commands each module defines, so that running one imports only its module (a command not
+# listed here, --help, or no command registers them all).
+_COMMANDS_OF: dict[str, tuple[str, ...]] = {
+    "clustertwin.calibrate.cli": ("calibrate", "measure"),
+    "clustertwin.cluster.cli": ("place", "collective"),
+    "clustertwin.export.cli": ("trace", "sim"),
+    "clustertwin.power.cli": ("energy", "heat"),
+    "clustertwin.profiler.cli": ("compare-trace",),
+    "clustertwin.reliability.cli": ("goodput",),
+    "clustertwin.report.cli": ("report",),
+    "clustertwin.search.cli": ("search", "sweep"),
+}
+_BUILTIN_COMMANDS = ("describe", "list", "predict", "compare", "validate")
+_registered: set[str] = set()
+
+
+def _register_subcommands(command: str = "") -> None:
+    """Register the subpackages' commands: only the one ``command`` needs when it is known."""
     import importlib
-    for name in _SUBCOMMAND_MODULES:
-        importlib.import_module(name).register(app)
-
-
-_register_subcommands()
+    if command in _BUILTIN_COMMANDS:
+        return
+    owners = [m for m in _SUBCOMMAND_MODULES if command and command in _COMMANDS_OF.get(m, ())]
+    for name in owners or _SUBCOMMAND_MODULES:
+        if name not in _registered:
+            importlib.import_module(name).register(app)
+            _registered.add(name)
 
 
 def _one_line(text: str) -> str:
@@ -188,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _state["debug"] = "--debug" in args
     try:
+        _register_subcommands(_cmd(args))
         app(args=args, prog_name="clustertwin", standalone_mode=False)
         return 0
     except ClusterTwinError as e:

@@ -385,12 +385,15 @@ def _nccl_latencies() -> list[Constant]:
     out = []
     tables = {
         "base": ({"ring": (6.6, 14.0, 8.4), "tree": (6.8, 14.0, 8.4), "pat": (None, None, 8.0),
-                  "nvls": (None, None, 0.0), "nvls_tree": (None, None, 0.0)},
+                  "nvls": (None, None, 0.0), "nvls_tree": (None, None, 0.0),
+                  "collnet_direct": (None, None, 0.0), "collnet_chain": (None, None, 0.0)},
                  "baseLatencies", "fixed cost per call"),
-        "nvlink": ({"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (None, None, 25.0)},
+        "nvlink": ({"ring": (0.6, 1.9, 3.4), "tree": (0.6, 1.25, 4.0), "nvls": (None, None, 25.0),
+                    "collnet_direct": (None, None, 3.7), "collnet_chain": (None, None, 2.8)},
                    "hwLatencies NVLINK", "cost per step on NVLink"),
         "net": ({"ring": (2.7, 4.0, 14.0), "tree": (5.0, 8.5, 14.0), "nvls_tree": (None, None, 20.9),
-                 "pat": (None, None, 14.0)},
+                 "pat": (None, None, 14.0), "nvls": (None, None, 18.0), "collnet_direct": (None, None, 31.0),
+                 "collnet_chain": (None, None, 30.0)},
                 "hwLatencies NET", "cost per step on the network"),
     }
     for tier, (table, label, what) in tables.items():
@@ -458,6 +461,13 @@ _NCCL: list[Constant] = [
              "assumed: Hopper's measured 0.61 scaled by NCCL's nvlsEfficiency Blackwell/Hopper 0.74/0.85 "
              "(tuning.cc); no Blackwell NVLS measurement at hand",
              "collective bandwidth: NVLink SHARP (NVLS) all-reduce algorithm bandwidth over the link peak"),
+    Constant("nccl.collnet_arity_latency_s", 0.4e-6, "s",
+             _TUNING_MODEL + ": CollNet Direct latency + (ranks per node - 1) x 0.4 us 'arity serialization', twice",
+             "collective latency: CollNet Direct (SHARP) all-reduce, per local rank"),
+    Constant("nccl.collnet_direct_efficiency.hopper", 0.85, "ratio",
+             _TUNING_MODEL + ": CollNet Direct all-reduce busBw *= .85 when the minimum compute capability is 9.0 "
+                             "or above",
+             "collective bandwidth: CollNet Direct (SHARP) all-reduce on Hopper and Blackwell nodes"),
     Constant("cluster.switch_radix", 64, "ports",
              "NVIDIA Quantum-2 (QM9700) InfiniBand switch: 64 ports of 400 Gb/s; a two-tier fat tree of them "
              "reaches 64 x 32 = 2,048 endpoints per rail at full bisection",
@@ -469,8 +479,60 @@ _NCCL: list[Constant] = [
              "collective latency: each switch tier beyond the leaf adds two hops (up and down) to a network step"),
 ]
 
+# ---- power and clocks (cost/power.py): DVFS physics under a power cap or a locked clock --------------
+_PEAK_CLOCK = ("the clock the datasheet's dense BF16 peak implies: peak / (SMs x dense FP16/BF16 tensor FLOP per "
+               "clock per SM; {flops} on {arch}, NVIDIA {arch} architecture whitepaper)")
+_POWER: list[Constant] = [
+    Constant("power.reference_clock_mhz.a100-80gb", 1410, "MHz",
+             "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020), Table 1: GPU Boost Clock 1410 MHz; "
+             "312 TFLOP/s = 108 SMs x 2048 FLOP/clk x 1.41 GHz",
+             "--clock: the SM clock the datasheet peaks (and the profile's efficiencies) refer to"),
+    Constant("power.reference_clock_mhz.a100-40gb", 1410, "MHz",
+             "NVIDIA A100 whitepaper (2020), Table 1: GPU Boost Clock 1410 MHz",
+             "--clock: the SM clock the datasheet peaks refer to"),
+    *[Constant(f"power.reference_clock_mhz.{g}", 1830, "MHz",
+               _PEAK_CLOCK.format(flops="4096", arch="Hopper") + ": 989.4 TFLOP/s / (132 x 4096) = 1.83 GHz",
+               "--clock: the SM clock the datasheet peaks refer to")
+      for g in ("h100-sxm", "h100-sxm-96gb", "h800", "h200")],
+    Constant("power.reference_clock_mhz.h100-pcie", 1620, "MHz",
+             _PEAK_CLOCK.format(flops="4096", arch="Hopper") + ": 756.5 TFLOP/s / (114 x 4096) = 1.62 GHz",
+             "--clock: the SM clock the datasheet peaks refer to"),
+    Constant("power.static_fraction", 0.2, "fraction of TDP",
+             "assumed: power a busy-waiting GPU draws at its clocks without tensor or memory work (leakage at "
+             "operating temperature, HBM refresh, board), 80 W of an A100's 400 W; Perseus (Chung et al., "
+             "SOSP'24) counts the power GPUs draw while blocked on communication as energy bloat. No "
+             "measurement at hand",
+             "power: the floor of every op's power and what a GPU draws waiting (bubbles, exposed waits); "
+             "with the cap it sets the clock a power cap allows: P = P_static + (P_rated - P_static) f^3"),
+    Constant("power.activity.tensor", 1.0, "fraction of dynamic power",
+             "by definition: a dense tensor-core GEMM at the reference clock draws the rated TDP (the premise of "
+             "the capped-GPU derate: peaks and efficiencies refer to the rated TDP)",
+             "power of GEMMs and attention; the clock a power cap allows them"),
+    Constant("power.activity.memory", 0.55, "fraction of dynamic power",
+             "assumed: memory-bound kernels keep HBM busy but leave tensor cores idle; public A100/H100 traces "
+             "show elementwise-heavy phases well under TDP; no measurement at hand",
+             "power of memory-bound ops (norms, activations, optimizer); the clock a power cap allows them"),
+    Constant("power.activity.comm", 0.3, "fraction of dynamic power",
+             "assumed: NCCL kernels run on a few SMs and drive NVLink/NIC; no measurement at hand",
+             "power of exposed communication"),
+    Constant("power.voltage_floor_clock", 0.6, "fraction of reference clock",
+             "assumed: DVFS lowers voltage with clock down to a floor (minimum stable voltage), below which only "
+             "the clock falls: dynamic power C V^2 f goes as f^3 above the floor and as f below it (CMOS DVFS "
+             "physics, as Zeus, NSDI'23, and Perseus, SOSP'24, use it); the floor on A100/H100 is not published",
+             "power at clocks below the floor (--clock, energy planning)"),
+    Constant("power.memory_clock_sensitivity", 0.15, "fraction",
+             "assumed: HBM runs on its own clock, which SM DVFS does not change; the SM-side issue rate makes "
+             "a memory-bound kernel slightly slower at low SM clocks (cf. Tang et al., e-Energy'19, 'The "
+             "Impact of GPU DVFS on the Energy and Performance of Deep Learning'); no measurement at hand",
+             "memory-bound op time at a lower SM clock: x (1 - b + b f_ref/f)"),
+    Constant("power.min_cap_fraction", 0.25, "fraction of rated TDP",
+             "assumed: the driver's lowest power limit (nvidia-smi -q, 'Min Power Limit') is a fraction of the "
+             "default; a quarter is taken as the lowest plausible cap (no per-GPU figure at hand)",
+             "--power-cap: the lowest cap accepted"),
+]
+
 CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
-                                   *_NETWORK, *_NCCL)
+                                   *_NETWORK, *_NCCL, *_POWER)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

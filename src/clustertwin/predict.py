@@ -10,6 +10,7 @@ True
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,7 @@ from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob
 from .workload.graph import WorkloadGraph, build_graph
 
 
-@dataclass
+@dataclass(frozen=True)
 class Prediction:
     job: TrainingJob
     graph: WorkloadGraph
@@ -108,6 +109,12 @@ class Prediction:
                 "dropped_fraction": dropped, "imbalance_s": self.breakdown_s.get("moe_imbalance", 0.0)}
 
     @property
+    def energy(self):
+        """Energy and power of one step (``clustertwin.power.energy.EnergyEstimate``)."""
+        from .power.energy import estimate_energy
+        return estimate_energy(self)
+
+    @property
     def expected_error(self) -> dict[str, Any]:
         """The step-time error band of runs like this one, cross-validated (``calibrate/bands.py``)."""
         from .calibrate.bands import expected_error
@@ -131,6 +138,7 @@ class Prediction:
             "num_microbatches": self.graph.num_microbatches,
             "bubble_fraction": self.step.breakdown_s["bubble"] / self.step_time_s,
             "expected_error": self.expected_error,
+            **self.energy.summary(),
             **({"moe": self.moe_routing()} if self.job.model.is_moe else {}),
             "inputs": {
                 "model": job.model.model_dump(exclude_defaults=False),
@@ -179,8 +187,34 @@ def predict(model: str | Path | ModelSpec | None = None, *, gpu: str | None = No
     on 64 H100s, clustertwin.jobs); otherwise the model defaults to Llama 3 8B and the rest to what
     the job implies. ``profile``: a HardwareProfile or a measured profile file; default: the GPU's
     shipped profile, else its architecture's defaults."""
+    args = (model, gpu, num_gpus, cluster, gpus_per_node, plan, micro_batch, global_batch, seq_len, precision,
+            framework)
+    key = args if profile is None and all(_plain(a) for a in args) else None
+    if key is not None and key in _BY_NAMES:
+        return _BY_NAMES[key]
     job = job_from_options(JobOptions(model=model, gpu=gpu, num_gpus=num_gpus, cluster=cluster,
                                       gpus_per_node=gpus_per_node, plan=plan, micro_batch=micro_batch,
                                       global_batch=global_batch, seq_len=seq_len, precision=precision,
                                       framework=framework))
-    return predict_job(job, profile)
+    pred = predict_job(job, profile)
+    if key is not None:
+        if len(_BY_NAMES) >= _BY_NAMES_MAX:
+            _BY_NAMES.pop(next(iter(_BY_NAMES)))
+        _BY_NAMES[key] = pred
+    return pred
+
+
+# predict() by names: the same names and numbers give the same prediction (specs, catalog presets
+# and shipped profiles are immutable), so repeated calls are answered from memory. Files are never
+# memoised (they may change between calls); neither are calls given spec objects or a profile.
+_BY_NAMES: dict[tuple, Prediction] = {}
+_BY_NAMES_MAX = 256
+
+
+def _plain(arg: object) -> bool:
+    if arg is None or isinstance(arg, (int, float)):
+        return True
+    if not isinstance(arg, str):
+        return False
+    return not (any(c in arg for c in "/\\") or arg.lower().endswith((".yaml", ".yml", ".json"))
+                or os.path.exists(arg))

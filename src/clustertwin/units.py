@@ -15,7 +15,7 @@ from typing import Literal
 
 from .errors import UnitError
 
-Kind = Literal["bytes", "bandwidth", "flops", "count", "duration", "power", "latency"]
+Kind = Literal["bytes", "bandwidth", "flops", "count", "duration", "power", "latency", "frequency"]
 
 _DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
 _BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50, "Ei": 2.0**60}
@@ -39,6 +39,7 @@ _HINT = {
     "duration": 'e.g. "30min", "2h", "90s"',
     "power": 'e.g. "700W" or "1kW"',
     "latency": 'e.g. "5us", "2.5us" or 5e-6',
+    "frequency": 'e.g. "1410MHz" or "1.41GHz"',
 }
 
 
@@ -61,6 +62,9 @@ def _scale(unit: str, kind: Kind) -> float | None:
     if kind == "power":
         m = re.fullmatch(r"([kKMG]?)W?", u)
         return _DECIMAL[m.group(1)] if m else None
+    if kind == "frequency":
+        m = re.fullmatch(r"([kKMG]?)(?i:hz)?", u)
+        return _DECIMAL[m.group(1)] if m and (m.group(1) or u.lower() == "hz" or not u) else None
     if kind == "flops":
         m = re.fullmatch(r"(k|K|M|G|T|P|E|)(?:(?i:flop(?:/?s)?))?", u)
         return _DECIMAL[m.group(1)] if m else None

@@ -60,8 +60,8 @@ def build_table(samples: Iterable[tuple[tuple[str, str, str], float]], source: s
 def _table() -> dict[tuple[str, str, str], dict[str, Any]]:
     if not BANDS_PATH.is_file():
         return {}
-    import yaml
-    data = yaml.safe_load(BANDS_PATH.read_text(encoding="utf-8")) or {}
+    from ..catalog import load_yaml
+    data = load_yaml(BANDS_PATH.read_text(encoding="utf-8")) or {}
     return {(c["framework"], c["gpu_generation"], c["scale"]): c for c in data.get("classes") or []}
 
 

@@ -34,10 +34,20 @@ def calibrate(files: Optional[list[Path]] = typer.Argument(None, help="with --fr
                                              "measured step times in FILES instead of measuring this GPU"),
               cv: bool = typer.Option(True, "--cv/--no-cv", help="with --from-runs: also report the "
                                       "cross-validated error (leave-one-source-out)"),
-              as_json: bool = typer.Option(False, "--json", help="with --from-runs: print the fit as JSON")) -> None:
+              from_trace: bool = typer.Option(False, "--from-trace", help="fit the profile's tables to the kernels of "
+                                              "PyTorch profiler traces FILES (.json/.json.gz) instead of measuring "
+                                              "this GPU"),
+              as_json: bool = typer.Option(False, "--json", help="with --from-runs/--from-trace: print the fit as JSON")) -> None:
     """Measure this GPU (GEMM, attention, memory-bound kernels, AdamW, launch, NCCL under torchrun) and write
     a versioned hardware profile for `predict --profile`; or, with --from-runs FILE.csv..., fit a few named
     parameters of the profile to measured runs (no GPU needed)."""
+    if from_trace:
+        from ..errors import DataError
+        if not files:
+            raise DataError("from-trace", "no trace given", "use `clustertwin calibrate --from-trace TRACE.json.gz ...`")
+        from .from_trace import calibrate_from_trace
+        calibrate_from_trace(files, out, gpu, as_json)
+        return
     if from_runs or files:
         from ..errors import DataError
         if not from_runs:

@@ -40,6 +40,14 @@ def _squash(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", normalize(name).replace(".", "p"))
 
 
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)   # libyaml's parser where PyYAML has it: ~10x faster
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text parsed as ``yaml.safe_load`` parses it (the C parser when PyYAML was built with libyaml)."""
+    return yaml.load(text, Loader=_LOADER)  # noqa: S506 - a safe loader
+
+
 def read_data_file(path: Path, field: str) -> Any:
     """Read YAML or JSON, with one-line errors for missing or malformed files."""
     if not path.exists():
@@ -50,7 +58,7 @@ def read_data_file(path: Path, field: str) -> Any:
     try:
         if path.suffix.lower() == ".json":
             return json.loads(text)
-        return yaml.safe_load(text)
+        return load_yaml(text)
     except json.JSONDecodeError as e:
         raise DataError(field, f"malformed JSON in {path.name} at line {e.lineno}: {e.msg}", "fix the file") from None
     except yaml.YAMLError as e:
@@ -64,12 +72,35 @@ def read_data_file(path: Path, field: str) -> Any:
 def _index(kind: str) -> dict[str, Path]:
     index: dict[str, Path] = {}
     for path in sorted((CATALOG_DIR / kind).glob("*.yaml")):
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
         names = [path.stem, data.get("name", path.stem), *data.get("aliases", [])]
         for n in names:
             index.setdefault(normalize(str(n)), path)
             index.setdefault(_squash(str(n)), path)
     return index
+
+
+@lru_cache(maxsize=None)
+def _preset_data(path: Path) -> dict:
+    """A catalog file's fields, parsed once per process (the catalog ships with the package)."""
+    data = load_yaml(path.read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def _cached_preset(kind: str, name_or_path: Any, field: str, build):
+    """A catalog preset's spec, built once per process: specs are frozen, so one instance can be
+    shared. Files (paths) are read again on every call: they may change between calls."""
+    text = str(name_or_path)
+    if _looks_like_path(text) or Path(text).is_file():
+        return build()
+    key = (kind, resolve_preset(kind, text, field))
+    hit = _BUILT.get(key)
+    if hit is None:
+        hit = _BUILT[key] = build()
+    return hit
+
+
+_BUILT: dict[tuple[str, Path], Any] = {}
 
 
 def preset_names(kind: str) -> list[str]:
@@ -81,6 +112,9 @@ def _looks_like_path(text: str) -> bool:
 
 
 def resolve_preset(kind: str, name: str, field: str) -> Path:
+    direct = CATALOG_DIR / kind / f"{normalize(name)}.yaml"
+    if direct.is_file() and "/" not in name and "\\" not in name:   # a file's own name: no index needed
+        return direct
     index = _index(kind)
     for key in (normalize(name), _squash(name)):
         if key in index:
@@ -97,7 +131,7 @@ def _raw(kind: str, name_or_path: str | Path, field: str) -> tuple[dict, str]:
         data = read_data_file(path, field)
         origin = str(path)
     else:
-        data = yaml.safe_load(resolve_preset(kind, text, field).read_text(encoding="utf-8"))
+        data = dict(_preset_data(resolve_preset(kind, text, field)))
         origin = "catalog"
     if not isinstance(data, dict):
         raise DataError(field, f"{text!r} does not hold a mapping of fields", "write key: value pairs")
@@ -208,6 +242,10 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A model preset by name, or a file: our YAML/JSON, or a Hugging Face config.json."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
+    return _cached_preset("models", name_or_path, "model", lambda: _load_model(name_or_path))
+
+
+def _load_model(name_or_path: str | Path) -> ModelSpec:
     data, origin = _raw("models", name_or_path, "model")
     if origin != "catalog" and ("model_type" in data or "architectures" in data):
         from ..specs.hf import model_from_hf_config
@@ -220,8 +258,8 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
 def load_gpu(name_or_path: str | Path | GPUSpec) -> GPUSpec:
     if isinstance(name_or_path, GPUSpec):
         return name_or_path
-    data, _ = _raw("gpus", name_or_path, "gpu")
-    return _build(GPUSpec, data, "gpu")
+    return _cached_preset("gpus", name_or_path, "gpu",
+                          lambda: _build(GPUSpec, _raw("gpus", name_or_path, "gpu")[0], "gpu"))
 
 
 def default_node_name(gpu_name: str) -> str:
@@ -232,15 +270,15 @@ def default_node_name(gpu_name: str) -> str:
 def load_node(name_or_path: str | Path | NodeSpec) -> NodeSpec:
     if isinstance(name_or_path, NodeSpec):
         return name_or_path
-    data, _ = _raw("nodes", name_or_path, "node")
-    return _build(NodeSpec, data, "node")
+    return _cached_preset("nodes", name_or_path, "node",
+                          lambda: _build(NodeSpec, _raw("nodes", name_or_path, "node")[0], "node"))
 
 
 def load_cluster(name_or_path: str | Path | ClusterSpec) -> ClusterSpec:
     if isinstance(name_or_path, ClusterSpec):
         return name_or_path
-    data, _ = _raw("clusters", name_or_path, "cluster")
-    return _build(ClusterSpec, data, "cluster")
+    return _cached_preset("clusters", name_or_path, "cluster",
+                          lambda: _build(ClusterSpec, _raw("clusters", name_or_path, "cluster")[0], "cluster"))
 
 
 def cluster_for_gpu(gpu: str | GPUSpec, num_gpus: int, gpus_per_node: int | None = None) -> ClusterSpec:
@@ -267,7 +305,7 @@ def list_presets(kind: str) -> list[dict]:
     rows = []
     for name in preset_names(kind):
         path = CATALOG_DIR / kind / f"{name}.yaml"
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = load_yaml(path.read_text(encoding="utf-8")) or {}
         row: dict[str, Any] = {"name": data.get("name", name), "source": data.get("source", "")}
         if kind == "models":
             m = load_model(name)

@@ -18,6 +18,7 @@ from ..constants import group, value
 from ..specs.hardware import GPUSpec
 from ..workload.ops import Op, OpKind, Phase, element_bytes, is_score_gemm
 from ..specs.framework import FrameworkProfile
+from .power import clock as power_clock, time_factor
 from .profile import HardwareProfile
 
 # (tile rows, tile cols, relative efficiency of the tile): large tiles run best (cuBLAS heuristics)
@@ -89,8 +90,10 @@ class ComputePricer:
         # ring attention (CP) runs the attention kernel on 2*cp load-balanced chunks of the sequence
         self.attention_chunks = attention_chunks
         self.mem_bw = gpu.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
-        # a power cap below the rated TDP lowers the sustained tensor clock (measured tables include it)
-        self.clock = gpu.power_clock_scale
+        # a power cap below the rated TDP or a locked clock lowers the tensor clock (cost/power.py; measured
+        # GEMM tables include the clocks they were measured at); memory-bound work slows much less
+        self.clock = power_clock(gpu, "tensor")
+        self.memory_factor = time_factor("memory", power_clock(gpu, "memory"))
         self._cache: dict[Op, float] = {}
 
     def gemm_time(self, op: Op) -> float:
@@ -191,5 +194,7 @@ class ComputePricer:
         """Bytes over HBM bandwidth; with a measured table, at the bandwidth measured for that size."""
         table = None if self.profile.tables is None else self.profile.tables.memory_table(kernel)
         if table is None:
-            return nbytes / self.mem_bw
-        return nbytes / (self.gpu.hbm_bandwidth_bytes_per_s * table.vectorized(nbytes))
+            t = nbytes / self.mem_bw
+        else:
+            t = nbytes / (self.gpu.hbm_bandwidth_bytes_per_s * table.vectorized(nbytes))
+        return t if self.memory_factor == 1.0 else t * self.memory_factor

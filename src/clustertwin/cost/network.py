@@ -24,18 +24,34 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   (across nodes): the switch reduces, at the measured NVLS bandwidth.
 * **PAT** (all-gather / reduce-scatter with one rank per node, NCCL 2.23+): log-depth latency
   plus a linear term, at 0.75 of the ring's bandwidth.
+* **Broadcast**: NCCL runs it as a pipelined ring only; every rank receives the buffer once
+  (bus factor 1), and a message's first bytes cross the ring's n - 1 hops.
+* **CollNet** (all-reduce across nodes of a cluster whose switches reduce, InfiniBand SHARP with
+  NCCL_COLLNET_ENABLE): each node sends its buffer up once and receives the reduced one once, half
+  a ring's network traffic. CollNet Direct scatters and gathers the buffer over NVLink so that each
+  GPU's NIC carries 1/ranks per node of it; CollNet Chain runs the tree's NVLink chain. The same
+  switches let NVLS span nodes (NVLS + SHARP).
 
-Traffic between leaf switches pays the fat-tree's oversubscription, and each switch tier beyond
-the leaf adds two hops to every network step (tiers from the group's node span and the switch radix).
+Traffic between leaf switches pays the fat-tree's oversubscription (per tier where the cluster
+gives ``tier_oversubscription``: the product of the tiers a group climbs), and each switch tier
+beyond the leaf adds two hops to every network step (tiers from the group's node span,
+``nodes_per_pod`` and the switch radix). A **rail-only** network (Wang et al. 2023, arXiv
+2307.12169) has no switch between rails: an all-to-all forwards the share bound for another rail
+over NVLink first. On a **torus** (TPU-like, ``torus_dims``) a group's nodes form a slice; the
+slice's rings wrap around where it spans a whole dimension or whole optical-circuit-switch blocks
+(``ocs_block``), and a node drives two links per wrapped dimension and one per open one; an
+all-to-all is bounded by the slice's bisection (docs/cluster.md).
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from ..constants import value
+from ..errors import SpecError
 from ..parallel.layout import GroupPlacement
 from ..specs.hardware import ClusterSpec
 from .profile import HardwareProfile, architecture_of
@@ -46,12 +62,25 @@ BUS_FACTOR = {
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
+    "broadcast": lambda n: 1.0,
     "send_recv": lambda n: 1.0,
 }
+COLLECTIVES = tuple(BUS_FACTOR)
 
 PROTOCOLS = ("ll", "ll128", "simple")
-ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat")
-_RING, _TREE_ALGO, _NVLS, _NVLS_TREE, _PAT = (ALGORITHMS.index(a) for a in ALGORITHMS)
+ALGORITHMS = ("ring", "tree", "nvls", "nvls_tree", "pat", "collnet_direct", "collnet_chain")
+_RING, _TREE_ALGO, _NVLS, _NVLS_TREE, _PAT, _COLLNET_DIRECT, _COLLNET_CHAIN = (ALGORITHMS.index(a) for a in ALGORITHMS)
+# what ``--algorithm`` names (NCCL_ALGO's families): the menu's algorithms each stands for
+ALGORITHM_FAMILIES = {"ring": ("ring",), "tree": ("tree",), "nvls": ("nvls", "nvls_tree"), "pat": ("pat",),
+                      "collnet": ("collnet_direct", "collnet_chain")}
+_FAMILY_NEEDS = {
+    "ring": "every collective but all-to-all and send/recv runs it",
+    "tree": "all-reduce across nodes of a switched network (the model has no one-node tree)",
+    "nvls": "all-reduce on NVSwitch nodes of Hopper or later; across nodes NVLS tree (or NVLS with "
+            "in_network_reduction)",
+    "pat": "all-gather or reduce-scatter with one rank per node across nodes",
+    "collnet": "all-reduce across nodes of a cluster with in_network_reduction: true (InfiniBand SHARP)",
+}
 # columns of a menu row: latency, seconds per byte, algorithm, protocol
 _COLS = 4
 _LAT_COL, _INV_COL, _ALG_COL, _PROTO_COL = range(_COLS)
@@ -74,6 +103,36 @@ _NET_OVERHEAD_SIMPLE = value("nccl.net_overhead_simple_factor")
 _PLATEAU = value("nccl.ring_simple_plateau")
 _SWITCH_RADIX = value("cluster.switch_radix")
 _HOP = value("cluster.switch_hop_latency_s")
+_COLLNET_ARITY = value("nccl.collnet_arity_latency_s")
+_COLLNET_HOPPER = value("nccl.collnet_direct_efficiency.hopper")
+
+
+@dataclass(frozen=True)
+class CollectiveEstimate:
+    """One collective as the model prices it: NCCL's pick (or the forced algorithm), its time and
+    nccl-tests' bandwidths (algbw = bytes / time, busbw = algbw x the op's bus factor), and the two
+    tiers it crosses. ``nbytes`` is nccl-tests' "size": the buffer per rank of an all-reduce or
+    broadcast, the whole gathered buffer of an all-gather / reduce-scatter, a rank's send buffer of
+    an all-to-all."""
+    op: str
+    nbytes: float
+    num_gpus: int
+    nodes: int
+    ranks_per_node: int
+    algorithm: str
+    protocol: str
+    time_s: float
+    latency_s: float
+    algbw_bytes_per_s: float
+    busbw_bytes_per_s: float
+    intra: dict | None
+    inter: dict | None
+
+    def to_json(self) -> dict:
+        return {"op": self.op, "bytes": int(self.nbytes), "num_gpus": self.num_gpus, "nodes": self.nodes,
+                "ranks_per_node": self.ranks_per_node, "algorithm": self.algorithm, "protocol": self.protocol,
+                "time_s": self.time_s, "latency_s": self.latency_s, "algbw_bytes_per_s": self.algbw_bytes_per_s,
+                "busbw_bytes_per_s": self.busbw_bytes_per_s, "phases": {"intra": self.intra, "inter": self.inter}}
 
 
 def expected_target_nodes(top_k: int, nodes: int, groups: int = 0, topk_groups: int = 0) -> float:
@@ -85,6 +144,21 @@ def expected_target_nodes(top_k: int, nodes: int, groups: int = 0, topk_groups: 
     if groups and 0 < topk_groups < groups:
         reach = min(nodes, topk_groups * max(1, nodes // groups))
     return reach * (1.0 - (1.0 - 1.0 / reach) ** top_k)
+
+
+def torus_slice(cluster: ClusterSpec, nodes: int) -> list[tuple[int, bool]]:
+    """(extent, wraps around) of each dimension of the slice ``nodes`` consecutive nodes of a torus
+    cluster form: the first dimension filled first. A dimension wraps where the slice spans all of
+    it, or, with optical circuit switches, a whole number of blocks (the switches close the ring:
+    Jouppi et al., ISCA 2023, TPU v4 slices of 4x4x4 cubes)."""
+    dims, blocks = cluster.torus_dims, cluster.ocs_block or ()
+    out, reach = [], 1
+    for i, d in enumerate(dims):
+        extent = max(1, min(d, math.ceil(nodes / reach)))
+        wraps = extent > 2 and (extent == d or (bool(blocks) and extent % blocks[i] == 0))
+        out.append((extent, wraps))
+        reach *= d
+    return out
 
 
 def ring_time(bus_factor, nbytes, bandwidth, latency):
@@ -106,6 +180,7 @@ class NetworkPricer:
             self.nvlink = min(self.nvlink, node.gpu.pcie_bandwidth_bytes_per_s * profile.nvlink_efficiency)
         self.nic_per_gpu = node.nic_bandwidth_per_gpu * profile.nic_efficiency
         self.nodes_per_leaf = cluster.nodes_per_leaf
+        self.torus_link = (cluster.torus_link_bandwidth_bytes_per_s or 0.0) * profile.nic_efficiency
         arch = architecture_of(cluster.gpu)
         self.arch = arch
         # NVLS: NVLink SHARP needs NVSwitches of a Hopper or later node
@@ -124,29 +199,58 @@ class NetworkPricer:
 
     # ---- the fabric --------------------------------------------------------------------------------
     def _taper(self, pl: GroupPlacement) -> float:
-        if pl.node_span > self.nodes_per_leaf:
-            return self.cluster.oversubscription
-        return 1.0
+        if self.cluster.topology == "torus" or pl.node_span <= self.nodes_per_leaf:
+            return 1.0
+        per_tier = self.cluster.tier_oversubscription
+        if per_tier:
+            return math.prod(per_tier[: max(1, self.switch_tiers(pl) - 1)])
+        return self.cluster.oversubscription
+
+    def node_network(self, pl: GroupPlacement) -> float:
+        """Bytes/s one direction a node's ranks of the group get from the network for a ring or tree:
+        their NICs (beyond the leaf divided by the taper), or on a torus the links of the slice:
+        two per dimension whose ring wraps around, one per open dimension (the buffer split over the
+        dimensions, each reduced along its own rings at once, as TPU all-reduces do: Ying et al. 2018,
+        arXiv 1811.06992)."""
+        if self.cluster.topology == "torus":
+            links = sum(2 if wraps else 1 for extent, wraps in torus_slice(self.cluster, pl.node_span) if extent > 1)
+            return max(1, links) * self.torus_link
+        return pl.ranks_per_node * self.nic_per_gpu / self._taper(pl)
+
+    def _gpu_network_all_to_all(self, pl: GroupPlacement) -> float:
+        """Bytes/s one direction a rank of the group gets from the network in an all-to-all: its NIC
+        share, or on a torus the slice's bisection: half of each node's data crosses the cut across the
+        longest dimension, 2 (wrapped) or 1 link per node column each way, i.e. 8 B / a (4 B / a open)
+        per node for a longest extent a, at most the node's links."""
+        if self.cluster.topology == "torus":
+            sl = [x for x in torus_slice(self.cluster, pl.node_span) if x[0] > 1]
+            a, wraps = max(sl) if sl else (1, False)
+            cut = 2 if wraps else 1          # links of a node column crossing the cut, each way
+            # half of every node's bytes cross; n / a columns of cut links carry them each way
+            bis = 2 * 2 * cut * self.torus_link / a if a > 1 else math.inf
+            return min(self.node_network(pl), bis) / pl.ranks_per_node
+        return self.nic_per_gpu / self._taper(pl)
 
     def switch_tiers(self, pl: GroupPlacement) -> int:
         """Switch tiers a group's traffic climbs in a fat tree: 0 inside a node, 1 under one leaf
         (nodes_per_leaf nodes), and one more each time the node span outgrows the tier below times
         the switch radix (2 up to nodes_per_leaf x radix nodes, a two-tier fat tree, and so on)."""
-        if pl.nodes <= 1:
+        if pl.nodes <= 1 or self.cluster.topology == "torus":
             return 0
         tiers, reach = 1, float(self.nodes_per_leaf)
         while pl.node_span > reach:
-            tiers, reach = tiers + 1, reach * _SWITCH_RADIX
+            pod = self.cluster.nodes_per_pod if tiers == 1 else None
+            tiers, reach = tiers + 1, float(pod) if pod and pod > reach else reach * _SWITCH_RADIX
         return tiers
 
     def bandwidth(self, pl: GroupPlacement, kind: str) -> float:
         """Bus bandwidth of a ring with the Simple protocol (the link's NCCL bandwidth)."""
         if pl.nodes == 1:
             return self.nvlink
-        nic = self.nic_per_gpu / self._taper(pl)
         if kind == "send_recv":
-            return nic
-        return min(self.nvlink, pl.ranks_per_node * nic)
+            # one rank's NIC, or on a torus the link to the neighbouring node
+            return self.torus_link if self.cluster.topology == "torus" else self.nic_per_gpu / self._taper(pl)
+        return min(self.nvlink, self.node_network(pl))
 
     def _step_latency(self, pl: GroupPlacement) -> float:
         """Per-step latency of the cluster's figures (all-to-all and send/recv)."""
@@ -203,6 +307,19 @@ class NetworkPricer:
         busbw = self.bandwidth(pl, kind)
         nsteps = (2 if ar else 1) * (n - 1)
         n_inter = 0 if N == 1 else (2 if ar else 1) * (N - 1)
+        net_hops = N - 1
+        if N > 1 and self.cluster.topology == "torus":
+            # one ring per dimension, one after the other: a dimension of extent a takes a - 1 steps
+            net_hops = sum(extent - 1 for extent, _ in torus_slice(self.cluster, pl.node_span))
+            n_inter = (2 if ar else 1) * net_hops
+            nsteps = (2 if ar else 1) * (n - N) + n_inter
+        if kind == "broadcast":
+            # a pipelined ring: the first bytes cross its n - 1 hops (N - 1 of them between nodes)
+            for p, proto in enumerate(PROTOCOLS):
+                bw = {"ll": min(busbw * _LL, ll_max), "ll128": busbw * _LL128, "simple": busbw}[proto]
+                hops = (n - N) * nv_lat("ring", proto) + net_hops * net_lat("tree" if ppn == 1 else "ring", proto)
+                out.append((_lat("base", "ring", proto) + hops, factor / bw, _RING, p))
+            return out
         for p, proto in enumerate(PROTOCOLS):
             bw = {"ll": min(busbw * _LL, ll_max), "ll128": busbw * _LL128, "simple": busbw}[proto]
             intra = nv_lat("ring", proto)
@@ -215,7 +332,7 @@ class NetworkPricer:
             out.append((lat, factor / bw, _RING, p))
         if ar and N > 1:
             # tree: NVLink chain in the node, double binary tree between nodes
-            node_nic = ppn * self.nic_per_gpu / self._taper(pl)
+            node_nic = self.node_network(pl)
             # each GPU of the chain sends up (reduce) and down (broadcast) through its one NVSwitch
             # port: half the link each (NCCL's tree ratio .5)
             chain = self.nvlink / 2 if ppn > 1 else math.inf
@@ -232,11 +349,36 @@ class NetworkPricer:
             if N == 1:
                 out.append((_lat("base", "nvls", "simple") + nv_lat("nvls", "simple"), 1.0 / self.nvls, _NVLS, simple))
             else:
-                node_nic = ppn * self.nic_per_gpu / self._taper(pl)
+                node_nic = self.node_network(pl)
                 algbw = min(self.nvls, node_nic / (2.0 * (N - 1) / N))
                 lat = (_lat("base", "nvls_tree", "simple") + nv_lat("nvls", "simple")
                        + 2 * _log2i(N) * net_lat("nvls_tree", "simple"))
                 out.append((lat, 1.0 / algbw, _NVLS_TREE, simple))
+                if self.cluster.in_network_reduction:
+                    # NVLS + SHARP: each node sends its buffer up once and gets the reduction back once
+                    algbw = min(self.nvls, node_nic)
+                    lat = nv_lat("nvls", "simple") + net_lat("nvls", "simple")
+                    out.append((lat, 1.0 / algbw, _NVLS, simple))
+        if ar and N > 1 and self.cluster.in_network_reduction:
+            node_nic = self.node_network(pl)
+            hopper = _COLLNET_HOPPER if self.arch in ("hopper", "blackwell") else 1.0
+            if self.cluster.node.scaleup_fabric == "nvswitch":
+                # CollNet Direct: NVLink reduce-scatter and all-gather ((ppn-1)/ppn of the buffer each way
+                # through a GPU's port, twice), each GPU's NIC carrying 1/ppn of the buffer up and down
+                intra_bw = self.nvlink * ppn / (2.0 * (ppn - 1)) if ppn > 1 else math.inf
+                algbw = hopper * min(intra_bw, node_nic)
+                lat = (_lat("base", "collnet_direct", "simple") + net_lat("collnet_direct", "simple")
+                       + 2 * (min(1, ppn - 1) * nv_lat("collnet_direct", "simple") + (ppn - 1) * _COLLNET_ARITY))
+                out.append((lat, 1.0 / algbw, _COLLNET_DIRECT, simple))
+            # CollNet Chain: the tree's NVLink chain (half the port each way), the node's NICs carry the buffer once
+            chain = self.nvlink / 2 if ppn > 1 else math.inf
+            algbw = min(chain, node_nic)
+            lat = (_lat("base", "collnet_chain", "simple") + net_lat("collnet_chain", "simple")
+                   + 2 * (ppn - 1) * nv_lat("collnet_chain", "simple"))
+            out.append((lat, 1.0 / algbw, _COLLNET_CHAIN, simple))
+        if N > 1 and self.cluster.topology == "torus":
+            # no switches: NCCL's trees, SHARP and PAT need a switched network; rings follow the torus
+            return [row for row in out if row[2] == _RING]
         if not ar and N > 1 and ppn == 1:
             # PAT: all-gather / reduce-scatter with one rank per node
             lat = (_lat("base", "pat", "simple") + _log2i(N) * net_lat("pat", "simple") / _PAT_LOG_DIV
@@ -267,7 +409,7 @@ class NetworkPricer:
             return 0.0
         if kind == "all_to_all" and pl.nodes > 1:
             g = pl.ranks_per_node
-            nic = self.nic_per_gpu / self._taper(pl)
+            nic = self._gpu_network_all_to_all(pl)
             inter = nbytes * (n - g) / n / nic
             if node_dedup:
                 top_k, groups, topk_groups = node_dedup
@@ -275,12 +417,59 @@ class NetworkPricer:
                 intra = nbytes * (g - 1) / g / self.nvlink
             else:
                 intra = nbytes * (g - 1) / n / self.nvlink
+                if self.cluster.topology == "rail-only":
+                    # no switch between rails: the share for another node's other rails first crosses NVLink
+                    intra += nbytes * (n - g) / n * (g - 1) / g / self.nvlink
             return max(intra, inter) + self.latency(pl, kind)
         key = (kind, pl)
         menu = self._lines.get(key)
         if menu is None:       # plain floats: one message at a time is faster without numpy
             menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL])) for r in self.options(kind, pl)]
         return min(lat + nbytes * inv for lat, inv in menu)
+
+    def estimate(self, kind: str, nbytes: float, pl: GroupPlacement, algorithm: str = "auto") -> CollectiveEstimate:
+        """One collective priced as ``time`` prices it (``algorithm="auto"``: NCCL's pick, the same
+        seconds), or with ``algorithm`` forced (a family of ALGORITHM_FAMILIES: NCCL_ALGO); SpecError
+        where NCCL cannot run that algorithm for ``kind`` on ``pl``."""
+        if kind not in BUS_FACTOR:
+            raise SpecError("op", f"unknown collective {kind!r}", f"use one of {', '.join(COLLECTIVES)}")
+        n = pl.size
+        if algorithm != "auto" and algorithm not in ALGORITHM_FAMILIES:
+            raise SpecError("algorithm", f"unknown algorithm {algorithm!r}",
+                            f"use auto or one of {', '.join(ALGORITHM_FAMILIES)}")
+        if kind in ("send_recv", "all_to_all"):
+            if algorithm != "auto":
+                raise SpecError("algorithm", f"NCCL runs {kind} as point-to-point sends, not {algorithm}",
+                                "use --algorithm auto")
+            algo, proto, t, lat = "p2p", "simple", self.time(kind, nbytes, pl), self.latency(pl, kind)
+        else:
+            opts = self.options(kind, pl)
+            if algorithm != "auto":
+                allowed = [ALGORITHMS.index(a) for a in ALGORITHM_FAMILIES[algorithm]]
+                opts = opts[np.isin(opts[:, _ALG_COL], allowed)] if len(opts) else opts
+                if n > 1 and not len(opts):
+                    where = f"{n} GPUs ({pl.nodes} node{'s' if pl.nodes > 1 else ''} of {self.cluster.gpu.name})"
+                    raise SpecError("algorithm", f"NCCL cannot run {algorithm} for {kind} on {where}",
+                                    f"{algorithm} needs {_FAMILY_NEEDS[algorithm]}; use --algorithm auto")
+            if not len(opts) or nbytes <= 0:
+                algo, proto, t, lat = "none", "none", 0.0, 0.0
+            else:
+                tt = opts[:, _LAT_COL] + nbytes * opts[:, _INV_COL]
+                i = int(np.argmin(tt))
+                algo, proto = ALGORITHMS[int(opts[i, _ALG_COL])], PROTOCOLS[int(opts[i, _PROTO_COL])]
+                t, lat = float(tt[i]), float(opts[i, _LAT_COL])
+        algbw = nbytes / t if t > 0 else 0.0
+        intra = inter = None
+        if pl.ranks_per_node > 1 and n > 1:
+            intra = {"link": self.cluster.node.scaleup_fabric, "ranks_per_node": pl.ranks_per_node,
+                     "bandwidth_bytes_per_s": self.nvlink, "step_latency_s": self.cluster.intra_node_latency_s}
+        if pl.nodes > 1:
+            inter = {"link": self.cluster.topology, "nodes": pl.nodes,
+                     "nic_bandwidth_bytes_per_s": self.node_network(pl) * self._taper(pl),
+                     "oversubscription": self._taper(pl), "switch_tiers": self.switch_tiers(pl),
+                     "step_latency_s": self._step_latency(pl)}
+        return CollectiveEstimate(kind, float(nbytes), n, pl.nodes, pl.ranks_per_node, algo, proto, t, lat, algbw,
+                                  algbw * BUS_FACTOR[kind](n) if n > 1 else 0.0, intra, inter)
 
     def time_many(self, kind: str, nbytes: np.ndarray, placements: Sequence[GroupPlacement],
                   index: np.ndarray) -> np.ndarray:

@@ -161,3 +161,12 @@ def slow_node_impact(prediction, slowdown: float = 0.10) -> dict[str, float]:
         "step": step,
         "gpus_waiting": float(c.num_gpus - min(c.gpus_per_node, c.num_gpus)),
     }
+
+
+def straggler_model_from_temperatures(gpu, temps_c, **fields) -> StragglerModel:
+    """A StragglerModel whose ``thermal_slowdown`` comes from a node's GPU temperatures (deg C) by the
+    Lit Silicon model of ``clustertwin.power.heat`` instead of the 1.5% default: the hottest GPU's
+    clock under the shared cap against the mean of the node's others."""
+    from ..power.heat import node_thermal
+    t = min(0.5, node_thermal(gpu, temps_c).thermal_slowdown)
+    return StragglerModel(thermal_slowdown=t, **fields)

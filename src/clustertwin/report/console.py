@@ -233,6 +233,14 @@ def cluster_table(c: ClusterSpec) -> Fit:
     return _fields(f"cluster {c.name}", rows)
 
 
+def _energy_line(p: Prediction) -> str:
+    e = p.energy
+    gpu = p.job.cluster.gpu
+    capped = f" (cap {gpu.tdp_w:,.0f} W)" if gpu.rated_tdp_w and gpu.tdp_w < gpu.rated_tdp_w else ""
+    return (f"{format_si(e.energy_per_step_j, 'J')}/step, {e.energy_per_token_j:.3g} J/token; "
+            f"{e.average_power_per_gpu_w:,.0f} W/GPU{capped}")
+
+
 def prediction_tables(p: Prediction) -> list:
     from ..calibrate.bands import describe
     job, plan = p.job, p.graph.plan
@@ -248,6 +256,7 @@ def prediction_tables(p: Prediction) -> list:
         ("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}"),
         ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}"),
         ("micro-batches", f"{p.graph.num_microbatches} per step"),
+        ("energy", _energy_line(p)),
         ("memory per GPU", Text.assemble(f"{_gb(p.memory.total_bytes)} of {_gb(p.memory.capacity_bytes)}: ", fits)),
     ])
 
@@ -522,6 +531,42 @@ def sim_tables(result: "SimResult", predicted_step_time_s: float) -> list:
             Col("busy", "right"), Col("idle", "right"), Col("after\nlast bwd", "right"), Col("ends", "right")]
     out.append(Fit(cols, rrows, "per simulated rank"))
     return out
+
+
+def energy_tables(p: Prediction, plan: Any) -> list:
+    """`clustertwin energy`: the chosen per-stage clocks and the time-energy frontier."""
+    job = p.job
+    title = Text.assemble((f"{job.model.name}", "bold"), f" on {job.cluster.num_gpus:,} x {job.cluster.gpu.name}, "
+                          f"plan {p.graph.plan.short()}\n", f"energy plan within {plan.max_slowdown * 100:g}% "
+                          f"slowdown: saves {plan.energy_saving * 100:.1f}% at {plan.slowdown * 100:+.2f}% step time")
+    clocks = plan.clocks()
+    unit = "MHz" if plan.reference_mhz else "x ref"
+    crows = [[s, f"{next(iter(c.values())):g}", f"{list(c.values())[1]:g}"] for s, c in clocks.items()]
+    ct = Fit([Col("stage"), Col(f"forward {unit}", "right"), Col(f"backward {unit}", "right")], crows,
+             "clocks (the first forward and last backward of each stage keep the full clock)")
+    b = plan.baseline_step_time_s, plan.baseline_energy_j
+    frows = [[format_duration(pt["step_time_s"]), f"{(pt['step_time_s'] / b[0] - 1) * 100:+.2f}%",
+              format_si(pt["energy_per_step_j"], "J"), f"{(1 - pt['energy_per_step_j'] / b[1]) * 100:.1f}%"]
+             for pt in plan.frontier]
+    ft = Fit([Col("step time", "right"), Col("slowdown", "right"), Col("energy/step", "right"),
+              Col("saving", "right")], frows, "time-energy frontier")
+    return [title, ct, ft, *plan.notes]
+
+
+def heat_tables(node: Any, step_lost: float, step_gain: float) -> list:
+    """`clustertwin heat`: each GPU's temperature, cap and clock, and what rebalancing the caps gains."""
+    rows = [[str(i), f"{t:g} C", f"{c:,.0f} W", f"{f * 100:.1f}%", f"{nc:,.0f} W"]
+            for i, (t, c, f, nc) in enumerate(zip(node.temps_c, node.caps_w, node.clocks, node.rebalanced_caps_w))]
+    t = Fit([Col("GPU"), Col("temp", "right"), Col("cap", "right"), Col("clock", "right"),
+             Col("rebalanced cap", "right")], rows, f"{node.gpu} node: clocks under the cap (of the reference)")
+    head = _fields(None, [
+        ("straggler", f"GPU {node.straggler}, {node.thermal_slowdown * 100:.1f}% slower than the others"),
+        ("step time lost", f"{step_lost * 100:.2f}% (imbalance {node.imbalance_slowdown * 100:.1f}% on compute)"),
+        ("rebalanced caps", f"{node.rebalance_gain * 100:.1f}% faster compute, step {step_gain * 100:.2f}% "
+                            f"faster; {node.power_saving * 100:.1f}% of node power unused"),
+        ("sim", f"clustertwin sim {node.sim_flags}"),
+    ])
+    return [t, head]
 
 
 def print_all(console: Console, items: list) -> None:

@@ -36,7 +36,7 @@ from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan
 from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
-                              recompute_ops, recompute_mode, stage_layers, stage_params)
+                              layer_recompute_ops, recompute_mode, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
 from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
@@ -383,7 +383,7 @@ class BatchPricer:
                 out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
                           st.moe_imbalance_s)
             else:
-                ops = recompute_ops(recompute_mode(rc, self.fw), f, core, c, name == "moe_layer")
+                ops = layer_recompute_ops(c, name == "moe_layer", recompute_mode(rc, self.fw))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
                 out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
                           st.moe_imbalance_s)

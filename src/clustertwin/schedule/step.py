@@ -126,18 +126,19 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     stream = []   # (host, GPU, on the compute stream) per op, for the host-bound floor
     for op, rep in ops:
         t = pricer.time(op) * rep
-        blocking = not op.is_comm or (op.group in ("tp", "ep") and not op.overlappable)
+        comm = op.is_comm
+        blocking = not comm or (op.group in ("tp", "ep") and not op.overlappable)
         if op.layer in ("layer", "moe_layer"):
             # embedding and head run once beside many layers: the host's lead over the layers' long
             # kernels hides their issue time (not priced: the lead is not tracked across blocks)
-            on_stream = t / pricer.compute.tp_overlap_chunks if op.is_comm and op.group == "tp" else t
+            on_stream = t / pricer.compute.tp_overlap_chunks if comm and op.group == "tp" else t
             stream.append((pricer.compute.host_time(op) * rep, on_stream, blocking))
         if op.extra and "load_factor" in op.extra:
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
             st.moe_imbalance_s += extra
             t -= extra
-        if op.is_comm:
+        if comm:
             if op.group == "tp":
                 if op.overlappable:
                     continue  # re-gather for wgrad runs under the dgrad GEMM

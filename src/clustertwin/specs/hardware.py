@@ -10,6 +10,7 @@ user's) must also give bandwidths and sizes with a unit (``UNIT_REQUIRED``; see 
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -28,6 +29,7 @@ QUANTITY_KINDS: dict[str, Kind] = {
     "scaleup_bandwidth_bytes_per_s": "bandwidth", "pcie_bandwidth_bytes_per_s": "bandwidth",
     "nic_bandwidth_bytes_per_s": "bandwidth", "tdp_w": "power", "rated_tdp_w": "power",
     "intra_node_latency_s": "latency", "inter_node_latency_s": "latency",
+    "torus_link_bandwidth_bytes_per_s": "bandwidth",
 }
 
 # (low, high, what, SI unit): the bounds are input checks, not modelling constants. They are chosen so
@@ -47,6 +49,8 @@ PLAUSIBLE: dict[str, tuple[float, float, str, str]] = {
     "pcie_bandwidth_bytes_per_s": (1e9, 1e12, "a GPU's host link (one direction)", "B/s"),
     # 1 Gb/s Ethernet .. 800 Gb/s (ConnectX-8); the bound is 8 Tb/s
     "nic_bandwidth_bytes_per_s": (1e9 / 8, 1e12, "a NIC (one direction)", "B/s"),
+    # one torus link: 1 Gb/s .. 8 Tb/s, as a NIC
+    "torus_link_bandwidth_bytes_per_s": (1e9 / 8, 1e12, "a torus link (one direction)", "B/s"),
     # T4 70 W .. a GB200 superchip 2.7 kW
     "tdp_w": (10.0, 1e4, "a GPU's board power", "W"),
     "rated_tdp_w": (10.0, 1e4, "a GPU's rated power", "W"),
@@ -59,7 +63,8 @@ PLAUSIBLE: dict[str, tuple[float, float, str, str]] = {
 UNIT_REQUIRED: tuple[str, ...] = ("bytes", "bandwidth")
 _UNIT_EXAMPLE = {"hbm_bytes": '"80GB" or "80GiB"', "hbm_bandwidth_bytes_per_s": '"3.35TB/s"',
                  "scaleup_bandwidth_bytes_per_s": '"450GB/s"', "pcie_bandwidth_bytes_per_s": '"64GB/s"',
-                 "nic_bandwidth_bytes_per_s": '"400Gbps" or "50GB/s"', "peak_flops": '"989TFLOPS"',
+                 "nic_bandwidth_bytes_per_s": '"400Gbps" or "50GB/s"',
+                 "torus_link_bandwidth_bytes_per_s": '"45GB/s"', "peak_flops": '"989TFLOPS"',
                  "tdp_w": '"700W"', "rated_tdp_w": '"700W"'}
 
 
@@ -111,21 +116,13 @@ class GPUSpec(Frozen):
     rated_tdp_w: float | None = Field(None, gt=0, description="the TDP the datasheet peaks and efficiencies refer "
                                       "to, when tdp_w is a lower power cap; None = tdp_w")
     sm_count: int = Field(108, gt=0, description="SMs/CUs: bounds how small GEMMs fill the chip")
+    clock_hz: float | None = Field(None, gt=0, description="a locked SM clock (nvidia-smi -lgc); None = the clock "
+                                   "DVFS sustains under tdp_w (cost/power.py prices both)")
 
     _p_hbm: Any = field_validator("hbm_bytes", mode="before")(classmethod(_q("bytes")))
     _p_bw: Any = field_validator("hbm_bandwidth_bytes_per_s", "scaleup_bandwidth_bytes_per_s",
                             "pcie_bandwidth_bytes_per_s", mode="before")(classmethod(_q("bandwidth")))
     _p_tdp: Any = field_validator("tdp_w", "rated_tdp_w", mode="before")(classmethod(_q("power")))
-
-    @property
-    def power_clock_scale(self) -> float:
-        """Sustained tensor-core clock under a power cap, relative to the rated TDP. Dense GEMMs run
-        power-bound at the rated TDP; dynamic power goes as C V^2 f with V roughly proportional to f
-        over the DVFS range, so the sustainable clock goes as the cube root of the power allowed
-        (a model, not a measurement: a calibrated profile of the capped GPU replaces it)."""
-        if self.rated_tdp_w is None or self.tdp_w >= self.rated_tdp_w:
-            return 1.0
-        return (self.tdp_w / self.rated_tdp_w) ** (1.0 / 3.0)
 
     @field_validator("peak_flops", mode="before")
     @classmethod
@@ -192,16 +189,58 @@ class ClusterSpec(Frozen):
     source: str = ""
     node: NodeSpec
     num_nodes: int = Field(gt=0, le=1_000_000)
-    topology: Literal["rail-optimized", "fat-tree"] = "rail-optimized"
+    topology: Literal["rail-optimized", "fat-tree", "rail-only", "torus"] = "rail-optimized"
     oversubscription: float = Field(1.0, ge=1.0, le=64.0, description="fat-tree taper above the leaf, 1 = full bisection")
     nodes_per_leaf: int = Field(int(value("cluster.nodes_per_leaf")), gt=0, le=100_000,
                                 description="nodes under one leaf (rail) switch group; beyond it traffic pays the taper")
+    tier_oversubscription: tuple[float, ...] = Field(
+        (), max_length=4, description="taper of each switch tier above the leaf (leaf uplinks, spine uplinks, ...); "
+                                      "a group crossing k tiers pays the product of the first k - 1; empty: "
+                                      "oversubscription above the leaf")
+    nodes_per_pod: int | None = Field(None, gt=0, le=1_000_000,
+                                      description="nodes under one second-tier (spine) group; None: nodes_per_leaf x "
+                                                  "the switch radix")
+    torus_dims: tuple[int, ...] = Field((), max_length=3, description="torus topology: nodes along each of its 2 or 3 "
+                                                                     "dimensions (wrapping around)")
+    torus_link_bandwidth_bytes_per_s: float | None = Field(None, gt=0, description="torus: one link between "
+                                                           "neighbouring nodes, one direction")
+    ocs_block: tuple[int, ...] = Field((), max_length=3, description="torus with optical circuit switches: the block "
+                                       "(nodes along each dimension) the switches connect; a slice of whole blocks "
+                                       "wraps around in each dimension")
+    in_network_reduction: bool = Field(False, description="switches reduce in the network (InfiniBand SHARP): NCCL "
+                                       "may run CollNet and multi-node NVLS all-reduce (NCCL_COLLNET_ENABLE=1)")
     intra_node_latency_s: float = Field(value("cluster.intra_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step on NVLink")
     inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step across the network")
 
     _p_lat: Any = field_validator("intra_node_latency_s", "inter_node_latency_s", mode="before")(classmethod(_q("latency")))
+    _p_torus_bw: Any = field_validator("torus_link_bandwidth_bytes_per_s", mode="before")(classmethod(_q("bandwidth")))
+
+    @model_validator(mode="after")
+    def _topology_fields(self) -> "ClusterSpec":
+        for t in self.tier_oversubscription:
+            if not 1.0 <= t <= 64.0:
+                raise SpecError("tier_oversubscription", f"{t} is out of range", "give tapers from 1 (full bisection) to 64")
+        if self.topology != "torus":
+            if self.torus_dims or self.ocs_block:
+                raise SpecError("torus_dims", f"given for a {self.topology} cluster", "set topology: torus, or drop it")
+            return self
+        dims = self.torus_dims
+        if len(dims) not in (2, 3) or any(d < 1 for d in dims):
+            raise SpecError("torus_dims", f"{list(dims) or 'missing'}: a torus has 2 or 3 dimensions of 1 or more nodes",
+                            "e.g. torus_dims: [16, 16, 16]")
+        if math.prod(dims) < self.num_nodes:
+            raise SpecError("torus_dims", f"{list(dims)} holds {math.prod(dims)} nodes, fewer than num_nodes "
+                            f"{self.num_nodes}", "make the torus at least as large as the cluster")
+        if self.torus_link_bandwidth_bytes_per_s is None:
+            raise SpecError("torus_link_bandwidth_bytes_per_s", "a torus needs its link bandwidth",
+                            'e.g. torus_link_bandwidth_bytes_per_s: 45GB/s')
+        if self.ocs_block and (len(self.ocs_block) != len(dims)
+                               or any(b < 1 or d % b for b, d in zip(self.ocs_block, dims))):
+            raise SpecError("ocs_block", f"{list(self.ocs_block)} does not tile the torus {list(dims)}",
+                            "give one block size per dimension, each dividing it, e.g. [4, 4, 4]")
+        return self
 
     @property
     def gpu(self) -> GPUSpec:

@@ -12,7 +12,7 @@ backward = 3x forward, attention scores and values counted in full (no causal ha
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -27,6 +27,16 @@ class Frozen(BaseModel):
     """Base of every spec: immutable, unknown fields rejected."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Any:
+        """A copy with ``update`` applied. Values a ``cached_property`` derived from the old fields
+        are dropped from the copy, so they are derived again from the new ones."""
+        new = super().model_copy(update=update, deep=deep)
+        if update:
+            fields = type(self).model_fields
+            for k in [k for k in new.__dict__ if k not in fields]:
+                del new.__dict__[k]
+        return new
 
 
 class MLASpec(Frozen):

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..catalog import cluster_for_gpu
 from ..cost.network import NetworkPricer, BUS_FACTOR
 from ..calibrate.profile import profile_for
-from ..parallel.layout import place_group
+from ..cluster.collective import price_collective
 
 # GPUs of the file the catalog names differently, and why
 GPU_ALIAS = {
@@ -111,14 +111,10 @@ def compare(path: str | Path) -> list[Compared]:
             if pricer is None:
                 pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu))
             n = int(row["num_gpus"])
-            pl = place_group(n, 1, cluster.gpus_per_node)
             nbytes = float(row["bytes"])
-            if row["op"] == "send_recv":
-                pl = place_group(2, 1, cluster.gpus_per_node)
-            if row["op"] == "all_to_all" and pl.nodes > 1:
-                algo, proto, model = "p2p", "simple", pricer.time("all_to_all", nbytes, pl)
-            else:
-                algo, proto, model = pricer.choose(row["op"], nbytes, pl)
+            # the code path of `clustertwin collective` (and of the training model's collectives)
+            est = price_collective(cluster, row["op"], nbytes, n, pricer=pricer)
+            algo, proto, model = est.algorithm, est.protocol, est.time_s
             out.append(Compared(row["run_id"], row["source"].split(",")[0], row["gpu"], row["op"], n,
                                 int(row["nodes"]), int(nbytes), t, model, algo, proto))
     return out

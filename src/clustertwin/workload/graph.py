@@ -4,7 +4,7 @@ once-per-iteration ops (DP gradient sync, ZeRO parameter gathers, optimizer)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
@@ -146,6 +146,14 @@ def recompute_mode(recompute: str, fw: FrameworkProfile) -> str:
     """What a plan's recompute mode repeats in this framework: Megatron's ``selective`` is the
     attention core (Korthikanti et al. 2022); torchtitan's is op-level (``selective_ops``)."""
     return "selective_ops" if recompute == "selective" and fw.selective_recompute == "ops" else recompute
+
+
+@lru_cache(maxsize=8192)
+def layer_recompute_ops(c: LayerContext, moe: bool, mode: str) -> tuple[Op, ...]:
+    """The ops recomputation ``mode`` repeats in one layer of context ``c`` (``recompute_ops`` of
+    ``layer_ops(c, moe)``), built once per (context, layer kind, mode): a search prices it for many plans."""
+    fwd, _, core = layer_ops(c, moe)
+    return recompute_ops(mode, fwd, core, c, moe)
 
 
 def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: LayerContext | None = None,

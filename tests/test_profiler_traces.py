@@ -1,0 +1,426 @@
+"""Real profiler traces in (issue 21, items 5-7): ``compare-trace`` and ``calibrate --from-trace``.
+
+A hand-built Kineto trace checks the reading rules exactly (step by launch, shapes by the enclosing op,
+exposed vs overlapped communication); the public traces of tests/data/traces (HolisticTraceAnalysis's
+test data, see SOURCE.md there) check that real producers' files read, compare and fit.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from clustertwin.calibrate.from_trace import GemmSample, check_gemms, fit_traces, gemm_table
+from clustertwin.calibrate.profile import GridTable, load_profile
+from clustertwin.catalog import load_gpu
+from clustertwin.cli import main
+from clustertwin.profiler.classify import classify, family
+from clustertwin.profiler.compare import measure
+from clustertwin.profiler.kineto import GemmShape, gemm_shape, read_trace
+from clustertwin.profiler.measure import gemm_samples
+
+DATA = Path(__file__).resolve().parent / "data" / "traces"
+RANKS = [DATA / "hta_sampled_rank-0.json.gz", DATA / "hta_sampled_rank-1.json.gz"]
+NCCL = DATA / "hta_nccl_data_2rank_a100.json.gz"
+
+
+def run(capsys, *args: str) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# ---- kernel names ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name,cat", [
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1>(cutlass_80_tensorop_s1688gemm_128x64_32x6_nt_align1::Params)", "gemm"),
+    ("ampere_sgemm_128x64_nn", "gemm"),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x256x64_warpgroupsize2x1x1_execute_segment_k_off_kernel__5x_cublas", "gemm"),
+    ("nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NTN", "gemm"),
+    ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>, true>(Flash_fwd_params)", "attention"),
+    ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<cutlass::bfloat16_t>::Params)", "attention"),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0", "attention"),
+    ("void at::native::vectorized_elementwise_kernel<4, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor const&)::{lambda(float)#1}, at::detail::Array<char*, 2> >(int, fbgemm_gpu::_float_to_hfp8_gpu(at::Tensor const&)::{lambda(float)#1}, at::detail::Array<char*, 2>)", "elementwise"),
+    ("void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int, float, c10::BFloat16 const*)", "elementwise"),
+    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::TensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4> >(...)", "optimizer"),
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "collective"),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "collective"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclDevComm*, unsigned long, ncclWork*)", "p2p"),
+    ("void deep_ep::internode::dispatch<false, 8, true, 8>(int4*, float*)", "collective"),
+    ("void dpsk::ep::internode::combine<false, 8, __nv_bfloat16, 8, 2, 16, 24>(int4*, float*)", "collective"),
+    ("void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*)", "other"),
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16", "conv"),
+    ("void split_embedding_codegen_forward_unweighted_kernel<c10::Half, c10::Half, float, false, long, 8ul>(...)", "embedding"),
+])
+def test_kernel_names_are_classified(name: str, cat: str) -> None:
+    assert classify(name) == cat
+
+
+def test_kernel_family_drops_template_arguments() -> None:
+    assert family("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>(x::Params)") == \
+        "cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4"
+    assert family("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "collective") == \
+        "ncclKernel_AllReduce_RING_LL_Sum_float"
+
+
+@pytest.mark.parametrize("op,dims,expect", [
+    ("aten::mm", [[4096, 100], [100, 64]], (1, 4096, 64, 100)),
+    ("aten::addmm", [[64], [4096, 100], [100, 64], [], []], (1, 4096, 64, 100)),
+    ("aten::bmm", [[8, 128, 64], [8, 64, 32]], (8, 128, 32, 64)),
+    ("aten::linear", [[2, 1024, 512], [256, 512], [256]], (1, 2048, 256, 512)),
+    ("aten::matmul", [[4, 16, 32], [32, 8]], (1, 64, 8, 32)),
+    ("aten::mm", [[4, 5], [6, 7]], None),
+])
+def test_gemm_shapes_from_input_dims(op, dims, expect) -> None:
+    g = gemm_shape(op, dims, ["c10::BFloat16"] * len(dims))
+    assert (None if g is None else (g.batch, g.m, g.n, g.k)) == expect
+    if g is not None:
+        assert g.dtype == "bf16"
+
+
+# ---- a hand-built trace: every number below is checkable by hand ------------------------------------
+def _x(cat, name, ts, dur, tid=1, **args):
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _synthetic() -> dict:
+    ev = [
+        _x("user_annotation", "ProfilerStep#1", 0, 1000), _x("user_annotation", "ProfilerStep#2", 1000, 1000),
+        _x("cpu_op", "aten::mm", 10, 20, **{"External id": 5, "Input Dims": [[1024, 512], [512, 256]],
+                                            "Input type": ["c10::BFloat16", "c10::BFloat16"]}),
+        _x("cuda_runtime", "cudaLaunchKernel", 15, 5, correlation=100),
+        _x("cuda_runtime", "cudaLaunchKernel", 40, 5, correlation=101),
+        _x("cuda_runtime", "cudaLaunchKernel", 900, 5, correlation=102),
+        _x("cuda_runtime", "cudaLaunchKernel", 1010, 5, correlation=103),
+        # step 1: a GEMM [100, 300] on stream 7, an all-reduce [200, 500] on stream 20: 100 us hidden
+        _x("kernel", "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 100, 200, tid=7, stream=7, correlation=100),
+        _x("kernel", "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", 200, 300,
+           tid=20, stream=20, correlation=101, **{"Collective name": "allreduce", "In msg nelems": 1048576,
+                                                 "Out msg nelems": 1048576, "dtype": "BFloat16", "Group size": 8,
+                                                 "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}),
+        # launched in step 1, runs after it ended: step 1's
+        _x("kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>>(int)",
+           1100, 50, tid=7, stream=7, correlation=102),
+        # step 2: the optimizer
+        _x("kernel", "void at::native::multi_tensor_apply_kernel<FusedAdamMathFunctor<float>>()", 1200, 100,
+           tid=7, stream=7, correlation=103),
+        # newer producers: the kernel names its op by External id (no launch event here)
+        _x("kernel", "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN", 1500, 10, tid=7, stream=7, correlation=104,
+           **{"External id": 5}),
+    ]
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+            "distributedInfo": {"backend": "nccl", "rank": 3, "world_size": 8}, "traceEvents": ev}
+
+
+@pytest.fixture()
+def synthetic(tmp_path: Path) -> Path:
+    p = tmp_path / "rank3.pt.trace.json.gz"
+    p.write_bytes(gzip.compress(json.dumps(_synthetic()).encode()))
+    return p
+
+
+def test_synthetic_trace_reads_by_the_rules(synthetic: Path) -> None:
+    t = read_trace(synthetic)
+    assert (t.rank, t.world_size, t.device_name, len(t.steps)) == (3, 8, "NVIDIA H100 80GB HBM3", 2)
+    def by(prefix: str):
+        return next(k for k in t.kernels if k.name.startswith(prefix))
+    gemm = by("sm90_xmma_gemm")
+    assert gemm.gemm == GemmShape(1, 1024, 256, 512, "bf16") and gemm.step == 0
+    nv = by("nvjet_")
+    assert nv.gemm == GemmShape(1, 1024, 256, 512, "bf16") and nv.step == 1   # by External id; by its own time
+    ar = by("ncclDevKernel_AllReduce")
+    assert (ar.collective, ar.comm_bytes, ar.group_size) == ("all_reduce", 1048576 * 2, 8)
+    add = next(k for k in t.kernels if k.category == "elementwise")
+    assert add.step == 0                                   # launched in step 1, ran after it
+    assert next(k for k in t.kernels if k.category == "optimizer").step == 1
+
+
+def test_synthetic_exposed_and_overlapped_communication(synthetic: Path) -> None:
+    m = measure([read_trace(synthetic)])
+    s1, s2 = m.steps
+    assert s1.categories == pytest.approx({"gemm": 200e-6, "collective": 300e-6, "elementwise": 50e-6})
+    assert s1.comm_s == pytest.approx(300e-6) and s1.comm_overlapped_s == pytest.approx(100e-6)
+    assert s1.breakdown["exposed_comm"] == pytest.approx(200e-6)
+    assert s1.breakdown["compute"] == pytest.approx(250e-6)            # [100, 300] and [1100, 1150]
+    # step 1's kernels span 100..1150 us, longer than its 1000 us annotation: the step is the span
+    assert s1.wall_s == pytest.approx(1050e-6)
+    assert s1.breakdown["rest"] == pytest.approx(1050e-6 - 450e-6)
+    assert s2.breakdown["optimizer"] == pytest.approx(100e-6) and s2.breakdown["exposed_comm"] == 0
+    assert s2.wall_s == pytest.approx(1000e-6)
+    assert m.step_s == pytest.approx(1025e-6)
+
+
+def test_synthetic_compare_trace_json(capsys, synthetic: Path) -> None:
+    code, out, err = run(capsys, "compare-trace", synthetic, "--model", "gpt3-125m", "--plan", "tp=1,pp=1,dp=8",
+                         "--seq-len", "2048", "--global-batch", "8", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["schema"] == 1 and d["steps_measured"] == 2
+    assert d["job"]["gpu"] == "h100-sxm" and d["job"]["num_gpus"] == 8     # from the trace
+    kinds = {x["kind"] for x in d["largest_misses"]}
+    assert kinds == {"gemm", "collective"}
+    ar = next(x for x in d["largest_misses"] if x["kind"] == "collective")
+    assert ar["what"] == "all_reduce 2.10 MB over 8" and ar["count_per_step"] == 0.5
+    assert ar["predicted_s"] > 0
+
+
+def _tensor(i: int, numel: int) -> list:
+    return [i, i, 0, numel, 2, "cuda:0"]
+
+
+def test_chakra_host_device_trace(capsys, tmp_path: Path) -> None:
+    """chakra_trace_link's output: GPU nodes copy their CPU op's inputs (shapes, tensor sizes) and carry the
+    kernel's ts, duration, stream and pg_name; the process groups come from the process_group:init node."""
+    bf = "Tensor(c10::BFloat16)"
+    mm_in = {"values": [_tensor(1, 1024 * 512), _tensor(2, 512 * 256)], "shapes": [[1024, 512], [512, 256]],
+             "types": [bf, bf]}
+    ag_in = {"values": [_tensor(3, 262144)], "shapes": [[262144]], "types": [bf]}
+    ag_out = {"values": [_tensor(4, 1048576)], "shapes": [[1048576]], "types": [bf]}
+    none = {"values": [], "shapes": [], "types": []}
+    pgs = json.dumps([{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}])
+    nodes = [
+        {"id": 1, "name": "[pytorch|profiler|execution_trace|process]", "ctrl_deps": 0, "inputs": none, "outputs": none},
+        {"id": 2, "name": "## process_group:init ##", "ctrl_deps": 1,
+         "inputs": {"values": [pgs], "shapes": [[]], "types": ["String"]}, "outputs": none},
+        {"id": 3, "name": "ProfilerStep#3", "ctrl_deps": 1, "ts": 0, "inclusive_dur": 1000, "inputs": none,
+         "outputs": none},
+        {"id": 4, "name": "aten::mm", "ctrl_deps": 3, "ts": 10, "inclusive_dur": 20, "inputs": mm_in, "outputs": none},
+        {"id": 5, "name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "cat": "kernel", "ph": "X", "ctrl_deps": 4,
+         "ts": 100, "inclusive_dur": 200, "exclusive_dur": 200, "stream": 7, "inputs": mm_in, "outputs": none},
+        {"id": 6, "name": "record_param_comms", "ctrl_deps": 3, "ts": 40, "inclusive_dur": 5, "inputs": ag_in,
+         "outputs": ag_out},
+        {"id": 7, "name": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)", "cat": "kernel",
+         "ph": "X", "ctrl_deps": 6, "ts": 200, "inclusive_dur": 300, "exclusive_dur": 300, "stream": 20,
+         "pg_name": "0", "inputs": ag_in, "outputs": ag_out},
+    ]
+    p = tmp_path / "chakra_host_device_trace_0.json"
+    p.write_text(json.dumps({"schema": "1.1.1-chakra.0.0.4", "pid": 1, "nodes": nodes}))
+    t = read_trace(p)
+    assert t.producer.startswith("Chakra host + device trace") and t.world_size == 4 and len(t.steps) == 1
+    gemm = next(k for k in t.kernels if k.category == "gemm")
+    assert gemm.gemm == GemmShape(1, 1024, 256, 512, "bf16")
+    ag = next(k for k in t.kernels if k.category == "collective")
+    assert (ag.collective, ag.comm_bytes, ag.group_size) == ("all_gather", 1048576 * 2, 4)
+    m = measure([t])
+    assert m.steps[0].breakdown["exposed_comm"] == pytest.approx(200e-6)
+    code, out, err = run(capsys, "compare-trace", p, "--gpu", "h100", "--model", "gpt3-125m", "--plan",
+                         "tp=1,pp=1,dp=4", "--seq-len", "2048", "--global-batch", "8", "--json")
+    assert code == 0, err
+    assert {x["what"] for x in json.loads(out)["largest_misses"]} == {"GEMM 1024x256x512 bf16", "all_gather 2.10 MB over 4"}
+
+
+# ---- bad inputs: one line, exit 2 ------------------------------------------------------------------
+def _refused(code: int, err: str, *words: str) -> None:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    assert re.match(r"error: [^;]+: .+", lines[0]), lines[0]
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def _without(doc: dict, pred) -> dict:
+    return dict(doc, traceEvents=[e for e in doc["traceEvents"] if not pred(e)])
+
+
+@pytest.mark.parametrize("command", [["compare-trace"], ["calibrate", "--gpu", "h100", "--from-trace"]])
+@pytest.mark.parametrize("content,words", [
+    (None, ["no such file"]),
+    (b"this is not json", ["not JSON"]),
+    (json.dumps({"schema": "1.0.2-chakra.0.0.4", "nodes": []}).encode(), ["Chakra host trace", "Kineto"]),
+    (json.dumps({"displayTimeUnit": "ms"}).encode(), ["not a Kineto trace"]),
+    (json.dumps(_without(_synthetic(), lambda e: e["cat"] == "kernel")).encode(), ["no GPU kernels"]),
+    (json.dumps(_without(_synthetic(), lambda e: e["name"].startswith("ProfilerStep"))).encode(), ["ProfilerStep"]),
+])
+def test_bad_traces_are_refused_in_one_line(capsys, tmp_path: Path, command, content, words) -> None:
+    p = tmp_path / "trace.json"
+    if content is not None:
+        p.write_bytes(content)
+    code, _, err = run(capsys, *command, p)
+    _refused(code, err, "trace.json", *words)
+
+
+def test_from_trace_without_files_is_refused(capsys) -> None:
+    code, _, err = run(capsys, "calibrate", "--from-trace")
+    _refused(code, err, "from-trace")
+
+
+def test_attention_tables_from_sdpa_kernels(tmp_path: Path) -> None:
+    """Forward and backward flash kernels under SDPA ops with shapes give the attention table, FLOPs
+    counted as clustertwin counts them (calibrate.fit.attention_flops)."""
+    from clustertwin.calibrate.fit import attention_flops
+    b, h, s, d = 2, 16, 4096, 128
+    fwd, bwd = attention_flops(b, h, s, d)
+    t_f, t_b = fwd / 400e12 * 1e6, bwd / 300e12 * 1e6          # microseconds at 400 and 300 TFLOP/s
+    q = [b, h, s, d]
+    ev = [_x("user_annotation", "ProfilerStep#7", 0, 10000),
+          _x("cpu_op", "aten::_scaled_dot_product_flash_attention", 10, 20,
+             **{"External id": 1, "Input Dims": [q, q, q, [], []]}),
+          _x("cuda_runtime", "cudaLaunchKernel", 12, 2, correlation=200),
+          _x("cpu_op", "aten::_scaled_dot_product_flash_attention_backward", 40, 20,
+             **{"External id": 2, "Input Dims": [q, q, q, q, q, [b, h, s]]}),
+          _x("cuda_runtime", "cudaLaunchKernel", 42, 2, correlation=201),
+          _x("kernel", "void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4>, true>(Flash_fwd_params)",
+             100, t_f, tid=7, stream=7, correlation=200),
+          _x("kernel", "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128>>(Flash_bwd_params)",
+             100 + t_f, t_b, tid=7, stream=7, correlation=201)]
+    p = tmp_path / "attn.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    prof = fit_traces([read_trace(p)], load_gpu("h100-sxm"))
+    assert "attention" in prof.measured and prof.attention is not None
+    assert (prof.attention["seq"], prof.attention["head_dim"]) == ([4096.0], [128.0])
+    assert prof.attention["fwd_tflops"][0][0] == pytest.approx(400, rel=1e-3)
+    assert prof.attention["bwd_tflops"][0][0] == pytest.approx(300, rel=1e-3)
+
+
+# ---- the GEMM table fit ------------------------------------------------------------------------------
+def test_gemm_table_reproduces_a_monotone_truth() -> None:
+    """GEMMs whose efficiency rises with every dimension (as the table assumes) come back within 2%."""
+    peak = 989e12
+
+    def eff(m, n, k):
+        return 0.8 * m / (m + 300) * n / (n + 300) * k / (k + 200)
+    samples = [GemmSample(GemmShape(1, m, n, k, "bf16"), 2.0 * m * n * k / (peak * eff(m, n, k)))
+               for m in (256, 1024, 4096, 16384) for n in (512, 2048, 8192) for k in (128, 1024, 8192)]
+    t = gemm_table(samples, peak)
+    table = GridTable([t["m"], t["n"], t["k"]], [[[x * 1e12 / peak for x in r] for r in p] for p in t["tflops"]])
+    for s in samples:
+        g = s.shape
+        assert 2.0 * g.m * g.n * g.k / (peak * table(g.m, g.n, g.k)) == pytest.approx(s.seconds, rel=0.02)
+
+
+# ---- the real traces -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def hta_ranks():
+    return [read_trace(p) for p in RANKS]
+
+
+def test_real_traces_read(hta_ranks) -> None:
+    for i, t in enumerate(hta_ranks):
+        assert (t.rank, t.world_size, len(t.steps)) == (i, 128, 2)
+        assert t.record_shapes and t.producer.startswith("PyTorch profiler (Kineto)")
+        cats = {k.category for k in t.kernels}
+        assert {"gemm", "elementwise", "embedding", "p2p"} <= cats
+        gemms = [k for k in t.kernels if k.category == "gemm"]
+        assert sum(k.gemm is not None for k in gemms) / len(gemms) > 0.8    # shapes found through the launch
+    nccl = read_trace(NCCL)
+    assert nccl.device_name == "NVIDIA A100-PG509-200" and "NCCL 2.17.1" in nccl.producer
+    ar = [k for k in nccl.kernels if k.collective == "all_reduce" and k.step >= 0]
+    assert ar and all(k.group_size == 2 and k.comm_bytes > 0 for k in ar)
+
+
+def test_compare_trace_on_two_real_ranks(capsys) -> None:
+    # Assumed job: the traced run is a recommendation model on 128 ranks (HTA's test data), not an LLM;
+    # clustertwin's smallest GPT on the same 128 A100s stands in for it. The per-shape rows compare the
+    # traced GEMMs themselves and hold whatever the model.
+    code, out, err = run(capsys, "compare-trace", *RANKS, "--gpu", "a100-80gb", "--model", "gpt3-125m",
+                         "--plan", "tp=1,pp=1,dp=128", "--seq-len", "2048", "--global-batch", "128", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["steps_measured"] == 4 and len(d["traces"]) == 2
+    assert [(r["rank"], r["steps"]) for r in d["per_trace"]] == [(0, 2), (1, 2)]
+    step = d["step_time_s"]["measured"]
+    assert 0.5 < step < 0.7                                   # the ProfilerStep annotations: ~0.61 s
+    bd = {r["field"]: r["measured"] for r in d["breakdown_s"]}
+    assert sum(bd.values()) == pytest.approx(step, rel=1e-6)
+    assert bd["exposed_p2p"] > bd["exposed_comm"] == 0       # only send/recv (all-to-all) traffic
+    comm = d["communication_s"]
+    assert 0 < comm["measured_overlapped"] < comm["measured_total"]
+    assert d["largest_misses"] and all(x["kind"] == "gemm" for x in d["largest_misses"])
+    assert d["matched_totals_s"]["gemm"]["measured"] > 0
+    assert any("no collective message sizes" in n for n in d["notes"])
+
+
+def test_compare_trace_prices_real_collectives_by_size(capsys) -> None:
+    code, out, err = run(capsys, "compare-trace", NCCL, "--model", "gpt3-125m",
+                         "--plan", "tp=1,pp=1,dp=2", "--seq-len", "2048", "--global-batch", "16", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    # GPU and rank count from the trace: an "A100-PG509-200" with 42 GB is the 40 GB A100
+    assert (d["job"]["gpu"], d["job"]["num_gpus"]) == ("a100-40gb", 2)
+    rows = [x for x in d["largest_misses"] if x["kind"] == "collective"]
+    assert rows and all(x["what"].startswith("all_reduce") and x["what"].endswith("over 2") for x in rows)
+    assert all(x["predicted_s"] > 0 for x in rows)
+
+
+def test_compare_trace_table_and_timeline(capsys, tmp_path: Path) -> None:
+    timeline = tmp_path / "both.json"
+    code, out, err = run(capsys, "compare-trace", NCCL, "--gpu", "a100-40gb", "--model", "gpt3-125m",
+                         "--plan", "tp=1,pp=1,dp=2", "--seq-len", "2048", "--global-batch", "16",
+                         "--perfetto", timeline)
+    assert code == 0, err
+    assert "exposed" in out and "all_reduce" in out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    ev = json.loads(timeline.read_text())["traceEvents"]
+    names = [e["args"]["name"] for e in ev if e.get("name") == "process_name"]
+    assert names[0].startswith("measured: rank 0, ProfilerStep#") and names[1].startswith("predicted: ")
+    measured = [e for e in ev if e.get("ph") == "X" and e["pid"] == 1]
+    assert {e["cat"] for e in measured} >= {"collective", "conv", "elementwise"}
+    assert min(e["ts"] for e in measured) >= 0
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory, hta_ranks):
+    out = tmp_path_factory.mktemp("prof") / "profile.yaml"
+    gpu = load_gpu("a100-80gb")
+    from clustertwin.calibrate.profile import save_profile
+    save_profile(fit_traces(hta_ranks, gpu), out)
+    return out, gpu
+
+
+def test_fitted_profile_reproduces_the_traced_gemm_times(fitted, hta_ranks) -> None:
+    """Done-when of issue 21: the profile fitted to the traces prices their GEMMs within 10% of the
+    measured total (per GEMM the error is larger: the table must be monotone in M, N and K, and real
+    kernels are not; see docs/profiler-traces.md)."""
+    path, gpu = fitted
+    prof = load_profile(path)                      # the written file, read back as predict reads it
+    assert {"gemm.tf32", "gemm.fp32", "memory.elementwise"} <= set(prof.measured)
+    check = check_gemms(gemm_samples(hta_ranks), prof, gpu)
+    assert check.n > 500
+    assert abs(check.total_error) < 0.10
+    for g in prof.gemm.values():                   # monotone along every axis, as GridTable keeps it
+        import numpy as np
+        v = np.asarray(g["tflops"])
+        for d in range(3):
+            assert (np.diff(v, axis=d) >= -1e-9).all()
+
+
+def test_compare_trace_with_the_fitted_profile(capsys, fitted) -> None:
+    """The loop closed: compare-trace --profile (the file calibrate --from-trace wrote) prices the traced
+    GEMMs within 10% in total, where the architecture defaults are off by a factor of three."""
+    path, _ = fitted
+    args = ["compare-trace", *RANKS, "--gpu", "a100-80gb", "--model", "gpt3-125m", "--plan", "tp=1,pp=1,dp=128",
+            "--seq-len", "2048", "--global-batch", "128", "--json"]
+    totals = []
+    for extra in (["--profile", str(path)], []):
+        code, out, err = run(capsys, *args, *extra)
+        assert code == 0, err
+        g = json.loads(out)["matched_totals_s"]["gemm"]
+        totals.append(g["predicted"] / g["measured"])
+    assert abs(totals[0] - 1) < 0.10 and totals[1] > 2
+
+
+def test_predict_uses_the_fitted_profile(capsys, fitted) -> None:
+    path, _ = fitted
+    args = ["predict", "--gpu", "a100-80gb", "--model", "gpt3-125m", "--num-gpus", "8", "--plan",
+            "tp=1,pp=1,dp=8", "--seq-len", "2048", "--global-batch", "64", "--precision", "fp32", "--json"]
+    code, out, err = run(capsys, *args, "--profile", path)
+    assert code == 0, err
+    with_profile = json.loads(out)["step_time_s"]
+    code, out, err = run(capsys, *args)
+    assert code == 0, err
+    assert with_profile != json.loads(out)["step_time_s"]          # the fitted fp32 GEMM table prices it
+
+
+def test_calibrate_from_trace_cli_fits_nccl(capsys, tmp_path: Path) -> None:
+    out = tmp_path / "p.yaml"
+    code, stdout, err = run(capsys, "calibrate", "--from-trace", NCCL, "--gpu", "a100-40gb", "--out", out, "--json")
+    assert code == 0, err
+    d = json.loads(stdout)
+    assert d["schema"] == 1 and "nccl.all_reduce" in d["measured"] and d["tables"]["nccl"]["all_reduce"]["world"] == 2
+    prof = load_profile(out)
+    bw = prof.nccl["all_reduce"]["busbw_gbps"]
+    assert all(b > 0 and math.isfinite(b) for b in bw) and bw == sorted(bw)
