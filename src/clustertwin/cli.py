@@ -188,6 +188,7 @@ _COMMANDS_OF: dict[str, tuple[str, ...]] = {
     "clustertwin.reliability.cli": ("goodput",),
     "clustertwin.report.cli": ("report",),
     "clustertwin.search.cli": ("search", "sweep"),
+    "clustertwin.serve.cli": ("serve", "serve-search"),
 }
 _BUILTIN_COMMANDS = ("describe", "list", "predict", "compare", "validate")
 _registered: set[str] = set()
