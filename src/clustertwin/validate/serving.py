@@ -26,7 +26,9 @@ _ARCH_PRESET = {"deepseek_v3": "deepseek-v3"}
 # the row's arch -> the training schema's arch (its layer layout)
 _ARCH_LAYOUT = {"llama": "llama", "gpt": "gpt", "mixtral": "mixtral", "qwen3_moe": "mixtral", "qwen2": "llama",
                 "qwen3": "llama", "mistral": "llama", "deepseek": "deepseek"}
-DEFAULT_REQUESTS = {"offline": 1000, "poisson": 1000, "static": 0}
+# the precision of a model's published checkpoint, served as such when a run names none
+_PUBLISHED_PRECISION = {"deepseek_v3": ("fp8", "the published checkpoint: HF deepseek-ai/DeepSeek-V3 config.json "
+                                               "quantization_config fp8, 128x128 blocks")}
 
 
 def is_serving_header(columns: list[str] | None) -> bool:
@@ -198,9 +200,11 @@ def request_of(r: dict, notes: list[str]):
     if dp is None:
         dp = max(1, num_gpus // (tp * pp))
         notes.append(f"dp_replicas empty: assumed num_gpus / (tp*pp) = {dp}")
-    precision = _cell(r, "precision").lower() or "bf16"
-    if not _cell(r, "precision"):
-        notes.append("precision empty: assumed bf16")
+    precision = _cell(r, "precision").lower()
+    if not precision:
+        arch = _cell(r, "arch").lower()
+        precision, why = _PUBLISHED_PRECISION.get(arch, ("bf16", "16-bit weights"))
+        notes.append(f"precision empty: assumed {precision} ({why})")
     kv = _cell(r, "kv_cache_dtype").lower() or None
     max_batch = _int(r, "max_batch")
     conc, rate = _int(r, "concurrency"), _float(r, "request_rate")
