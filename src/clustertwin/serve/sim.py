@@ -222,7 +222,7 @@ class Simulator:
                 seq += 1
             next_req = n
         heapq.heapify(events)
-        kvb = self.s.kv_bytes_per_token * self.s.pp
+        kvb = self.s.kv_bytes_per_token * self.s.replica_gpus   # every GPU of the replica sends its shard
         pending: dict[int, tuple] = {}   # replica idx -> iteration plan in flight
 
         def least(group: list[_Replica]) -> _Replica:
