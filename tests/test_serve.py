@@ -262,3 +262,12 @@ def test_serving_view_page(tmp_path, capsys) -> None:
     rates = [p["request_rate"] for p in d["curve"]]
     assert rates == sorted(rates) and len(rates) == 7
     assert set(d["samples"]) == {"ttft_s", "tpot_s", "e2e_latency_s"}
+
+
+def test_disaggregated_kv_transfer_is_cache_bytes_over_the_nics() -> None:
+    s = ServeSetup(load_model("llama3-8b"), cluster_for_gpu("h100-sxm", 2), dp=2, engine=get_engine("vllm"))
+    r = Simulator(s, kv_cache_tokens=100_000, disaggregate=(1, 1)).run(make_requests(1, 1000, 10))
+    # 1000 prompt tokens of KV (32 layers x 8 heads x 128 x 2 x 2 bytes = 128 KiB each) over one GPU's NIC share
+    expect = 1000 * s.kv_bytes_per_token / s.cluster.node.nic_bandwidth_per_gpu
+    assert s.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2
+    assert r.kv_transfer_s == pytest.approx(expect)
