@@ -44,6 +44,7 @@ COMPONENTS: dict[str, ComponentClass] = {c.name: c for c in (
     ComponentClass("gpu", "gpu", True, "faulty GPU, GPU SRAM, GPU system processor, silent data corruption, "
                                        "GPU thermal interface + sensor"),
     ComponentClass("hbm", "gpu", True, "GPU HBM3 memory"),
+    ComponentClass("sdc", "gpu", True, "silent data corruption, once detected (the GPU is drained)"),
     ComponentClass("software", "gpu", False, "software bugs and dependencies (one per rank)"),
     ComponentClass("nccl_timeout", "gpu", False, "NCCL watchdog timeouts of unknown cause"),
     ComponentClass("network", "nic", False, "network switch or cable (one leaf port and cable per NIC)"),
