@@ -145,7 +145,7 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
         degraded_s = rec.reschedule_s
         if "elastic-dp" in parts:
             degraded = (plan.dp - r) / plan.dp
-            sharded = plan.zero >= 1 and plan.dp > 1
+            sharded = getattr(plan, "zero_stage", 0) >= 1 and plan.dp > 1
             load = rec.load_s if sharded else 0.0
             if not sharded:
                 notes.append("elastic-dp: every replica holds the full state; no checkpoint load")
@@ -155,8 +155,12 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
             if replan_step_time_s is None or not (replan_step_time_s > 0):
                 degraded = (plan.dp - r) / plan.dp
                 replan_source = "same plan on the surviving replicas (no replanner given)"
-            else:
-                degraded = min(1.0, prediction.step_time_s / replan_step_time_s)
+            else:   # never worse than keeping the plan on the surviving replicas (elastic-dp's answer)
+                searched = min(1.0, prediction.step_time_s / replan_step_time_s)
+                same = (plan.dp - r) / plan.dp
+                degraded = max(searched, same)
+                if same > searched:
+                    replan_source = f"same plan on the surviving replicas (beats {replan_source}: {searched:.1%})"
             base = rec.detection_s + rec.stop_s + replan_s + rec.init_s + rec.load_s + rec.warmup_s
             rejoin = replan_s + rec.init_s + rec.load_s + rec.warmup_s
         no_spare = base + (1.0 - degraded) * degraded_s + rejoin
@@ -187,3 +191,62 @@ def check_spares(value: Any) -> int | None:
 
 def finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+@dataclass
+class PolicyResult:
+    """One policy of a comparison: the analytic estimate and its Monte Carlo spread."""
+
+    policy: str
+    estimate: Any = None            # GoodputEstimate, None when the policy does not apply to the plan
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        if self.estimate is None:
+            return {"policy": self.policy, "applies": False, "why": self.error}
+        e = self.estimate
+        mc = e.monte_carlo
+        out = {"policy": self.policy, "applies": True, "goodput": e.goodput,
+               "effective_training_time_ratio": e.effective_training_time_ratio,
+               "expected_time_to_train_s": finite(e.expected_time_to_train_s), "job_mttf_s": finite(e.job_mttf_s),
+               "restart_time_s": e.restart_time_s, "checkpoint_interval_s": e.checkpoint_interval_s,
+               "spare_gpus": e.policy.spare_gpus, "host_memory_bytes_per_node": e.policy.host_memory_bytes_per_node,
+               "gpu_hours": finite(e.gpu_hours), "cost_usd": e.cost_usd, "lost_s": dict(e.lost_s)}
+        if mc is not None:
+            out.update({"time_to_train_p10_s": mc.p10_s, "time_to_train_p50_s": mc.p50_s,
+                        "time_to_train_p90_s": mc.p90_s, "goodput_p10": mc.goodput_p10, "goodput_p50": mc.goodput_p50,
+                        "goodput_p90": mc.goodput_p90, "gpu_hours_p10": mc.gpu_hours_p10,
+                        "gpu_hours_p50": mc.gpu_hours_p50, "gpu_hours_p90": mc.gpu_hours_p90,
+                        "cost_usd_p10": mc.cost_usd_p10, "cost_usd_p50": mc.cost_usd_p50,
+                        "cost_usd_p90": mc.cost_usd_p90})
+        return out
+
+
+def compare_policies(prediction, tokens, policies: "tuple[str, ...] | list[str] | None" = None,
+                     runs: int = 200, seed: int = 0, rank_by: str = "time", **options: Any) -> list[PolicyResult]:
+    """Every policy (default ``COMPARED``) on ``prediction``'s job, analytic and ``runs`` Monte Carlo runs
+    each (same ``seed``), best first: by expected time to train (``rank_by="time"``) or by GPU-hours held,
+    spares included (``"cost"``). A policy that cannot apply to the plan (elastic-dp with dp = 1) is kept,
+    last, with why."""
+    from ..errors import ClusterTwinError
+    from .goodput import estimate_goodput
+    if rank_by not in ("time", "cost"):
+        raise SpecError("rank_by", f"unknown {rank_by!r}", "use time or cost")
+    if "policy" in options:
+        raise SpecError("policy", "compare_policies takes policies=, not policy=", "e.g. policies=['restart', 'hot-spare']")
+    names = [policy_name(parse_policy(p)) for p in (policies or COMPARED)]
+    out: list[PolicyResult] = []
+    for name in names:
+        try:
+            est = estimate_goodput(prediction, tokens, policy=name, monte_carlo_runs=runs, seed=seed, **options)
+            out.append(PolicyResult(name, est))
+        except ClusterTwinError as e:
+            if getattr(e, "field", None) != "policy":
+                raise
+            out.append(PolicyResult(name, None, str(e)))
+
+    def key(r: PolicyResult) -> float:
+        if r.estimate is None:
+            return math.inf
+        return r.estimate.expected_time_to_train_s if rank_by == "time" else r.estimate.gpu_hours
+    return sorted(out, key=key)
