@@ -178,9 +178,20 @@ def search_replanner(prediction, num_gpus: int):
     re-plans around a failed node: (step time, plan text), or None if no plan fits. The search needs a
     GPU count its dimensions divide: tried are ``num_gpus`` and then the largest counts below it with
     more factors of two (a node's worth at a time)."""
+    job = prediction.job
+    key = (job.model.model_dump_json(), job.cluster.model_dump_json(), num_gpus, job.plan.global_batch, job.seq_len,
+           job.plan.precision, job.framework)
+    if key not in _REPLANS:
+        _REPLANS[key] = _replan(job, num_gpus)
+    return _REPLANS[key]
+
+
+_REPLANS: dict = {}      # one search per job and GPU count in a process (compare-policies prices replan often)
+
+
+def _replan(job, num_gpus: int):
     from ..errors import ClusterTwinError
     from ..search import search
-    job = prediction.job
     g = job.cluster.gpus_per_node
     counts = [num_gpus] + [num_gpus // (g * 2 ** k) * (g * 2 ** k) for k in range(1, 12)]
     seen: set[int] = set()

@@ -126,6 +126,8 @@ class GoodputOptions(Frozen):
     @classmethod
     def _policy(cls, v):
         from .policies import parse_policy, policy_name
+        if isinstance(v, str) and v.strip().lower() == "best":
+            return "best"
         return policy_name(parse_policy(v))
 
     @field_validator("detection_s", "reschedule_s", "spare_swap_s", "init_s", "repair_s", "stop_s", mode="before")
@@ -562,6 +564,8 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     and ``seed``. Bad input raises a ClusterTwinError subclass with a one-line message.
     """
     opts = _options(options)
+    if opts.policy == "best":
+        return _best_policy(prediction, tokens, options)
     if tokens is None:
         tokens = prediction.job.tokens
         if tokens is None:
@@ -625,3 +629,23 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
 def _fmt(seconds: float) -> str:
     from ..units import format_duration
     return format_duration(seconds)
+
+
+def _best_policy(prediction, tokens, options: Mapping[str, Any]) -> GoodputEstimate:
+    """``policy="best"``: every policy of ``policies.COMPARED`` priced (analytic), the shortest expected
+    time to train returned (its ``policy`` names the winner). What ``search --objective goodput --policy
+    best`` ranks plans by, so plan and policy are chosen together."""
+    from ..errors import ClusterTwinError
+    from .policies import COMPARED
+    best: GoodputEstimate | None = None
+    for name in COMPARED:
+        try:
+            est = estimate_goodput(prediction, tokens, **{**options, "policy": name})
+        except ClusterTwinError as e:
+            if e.field != "policy":
+                raise
+            continue
+        if best is None or est.expected_time_to_train_s < best.expected_time_to_train_s:
+            best = est
+    assert best is not None   # restart always applies
+    return best
