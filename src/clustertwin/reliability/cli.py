@@ -253,7 +253,7 @@ def policy_tables(pred, results, price) -> list:
         e, mc = r.estimate, r.estimate.monte_carlo
         gp = f"{mc.goodput_p50 * 100:.1f}%" if mc else f"{e.goodput * 100:.1f}%"
         spread = f"{mc.goodput_p10 * 100:.1f}-{mc.goodput_p90 * 100:.1f}" if mc else ""
-        cost = (f"${mc.cost_usd_p50:,.3g}" if price and mc and mc.cost_usd_p50 is not None
+        cost = (_usd(mc.cost_usd_p50) if price and mc and mc.cost_usd_p50 is not None
                 else _hours(mc.gpu_hours_p50 if mc else e.gpu_hours))
         mem = format_si(e.policy.host_memory_bytes_per_node, "B") if e.policy.host_memory_bytes_per_node else "-"
         rows.append([str(i), name, gp, spread, _dur(mc.p50_s if mc else e.expected_time_to_train_s), cost,
@@ -269,3 +269,7 @@ def policy_tables(pred, results, price) -> list:
 
 def _hours(h: float) -> str:
     return f"{h / 1e6:,.2f}M" if h >= 1e6 else f"{h:,.0f}"
+
+
+def _usd(x: float) -> str:
+    return f"${x / 1e6:,.2f}M" if x >= 1e6 else f"${x:,.0f}"
