@@ -278,3 +278,11 @@ def test_search_goodput_objective_chooses_plan_and_policy_together():
     pred = best.plans[0].prediction
     times = {p: estimate_goodput(pred, 1e11, policy=p, mtbf_s=HOUR).expected_time_to_train_s for p in COMPARED}
     assert times[best.plans[0].policy] == pytest.approx(min(times.values()))
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    from clustertwin.reliability import fleets, policies, recovery
+    for mod in (fleets, recovery, policies):
+        assert doctest.testmod(mod).failed == 0
