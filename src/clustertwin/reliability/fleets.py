@@ -22,7 +22,7 @@ MTTF(N) = MTTF(N0) * N0 / N (the 1/N law).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -165,9 +165,13 @@ def _fleet_file(path: Path) -> Fleet:
     bad = sorted(set(fs_raw) - {"rate_per_node_hour", "slowdown", "detect_s", "source"})
     if bad:
         raise DataError(f"fleet.fail_slow.{bad[0]}", "unknown key", "use rate_per_node_hour, slowdown, detect_s, source")
-    fs = replace(_FAIL_SLOW_ASSUMED, **{k: _number(f"fleet.fail_slow.{k}", v) for k, v in fs_raw.items() if k != "source"})
-    if "source" in fs_raw:
-        fs = replace(fs, source=str(fs_raw["source"]))
+    base = _FAIL_SLOW_ASSUMED
+    fs = FailSlow(
+        rate_per_node_hour=_number("fleet.fail_slow.rate_per_node_hour",
+                                   fs_raw.get("rate_per_node_hour", base.rate_per_node_hour)),
+        slowdown=_number("fleet.fail_slow.slowdown", fs_raw.get("slowdown", base.slowdown)),
+        detect_s=_number("fleet.fail_slow.detect_s", fs_raw.get("detect_s", base.detect_s)),
+        source=str(fs_raw.get("source", base.source)))
     init = str(data.get("init_scaling", "fixed")).strip().lower()
     if init not in INIT_SCALINGS:
         raise DataError("fleet.init_scaling", f"unknown {init!r}", f"use one of {', '.join(INIT_SCALINGS)}")
