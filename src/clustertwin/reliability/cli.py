@@ -174,10 +174,10 @@ def _dur(seconds: float) -> str:
 
 
 def search_replanner(prediction, num_gpus: int):
-    """The best plan (by step time) for ``prediction``'s job on at most ``num_gpus`` GPUs, as ResiHP
-    re-plans around a failed node: (step time, plan text), or None if no plan fits. The search needs a
-    GPU count its dimensions divide: tried are ``num_gpus`` and then the largest counts below it with
-    more factors of two (a node's worth at a time)."""
+    """The fastest plan for ``prediction``'s job (same global batch) on at most ``num_gpus`` GPUs, as
+    ResiHP re-plans around a failed node: (step time, plan text), or None if no plan fits. The search
+    needs a GPU count its dimensions divide, and uniform plans only: tried are ``num_gpus`` and the
+    three largest counts below it with more factors of two; the fastest wins."""
     job = prediction.job
     key = (job.model.model_dump_json(), job.cluster.model_dump_json(), num_gpus, job.plan.global_batch, job.seq_len,
            job.plan.precision, job.framework)
@@ -193,21 +193,23 @@ def _replan(job, num_gpus: int):
     from ..errors import ClusterTwinError
     from ..search import search
     g = job.cluster.gpus_per_node
-    counts = [num_gpus] + [num_gpus // (g * 2 ** k) * (g * 2 ** k) for k in range(1, 12)]
-    seen: set[int] = set()
-    for n in counts:
-        if n <= 0 or n in seen:
-            continue
-        seen.add(n)
+    counts: list[int] = []
+    for k in range(0, 12):
+        n = num_gpus if k == 0 else num_gpus // (g * 2 ** k) * (g * 2 ** k)
+        if n > 0 and n not in counts:
+            counts.append(n)
+    best = None
+    for n in counts[:4]:           # the survivors, then the largest counts below with more factors of two
         try:
             r = search(job.model, cluster=job.cluster.with_gpus(n), global_batch=job.plan.global_batch,
-                       seq_len=job.seq_len, precision=job.plan.precision, framework=job.framework, top=1)
+                       seq_len=job.seq_len, precision=job.plan.precision, framework=job.framework, top=1,
+                       pareto_points=1)
         except ClusterTwinError:
             continue
-        if r.plans:
-            best = r.plans[0]
-            return best.prediction.step_time_s, f"{best.plan.short()} on {n:,} GPUs"
-    return None
+        if r.plans and (best is None or r.plans[0].prediction.step_time_s < best[0]):
+            top = r.plans[0]
+            best = (top.prediction.step_time_s, f"{top.plan.short()} on {n:,} GPUs")
+    return best
 
 
 def recovery_tables(est) -> list:
