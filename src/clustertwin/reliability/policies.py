@@ -12,7 +12,7 @@ when nothing fails:
 | ``restart`` | rollback + detection + stop + (reschedule) + init + load from storage + warm-up | checkpoint stalls | Llama 3 sec. 3.3.4; MegaScale |
 | ``in-memory-checkpoint`` | as restart, but the checkpoint is a host-memory copy replicated to a peer node: tiny stall, so checkpoints every few steps and little rollback; load from the peer | 2 x the node's checkpoint shard of host memory | GEMINI (SOSP'23) |
 | ``hot-spare`` | (b) swap in a spare (1 min) instead of (c) rescheduling; spares come back from repair after ``repair_s`` (explicit pool in the Monte Carlo) | idle spare nodes (GPU-hours) | Gemini Ultra report (hot standbys); ByteRobust (warm standby) |
-| ``elastic-dp`` | (c) keep going on the surviving data-parallel replicas (the global batch is kept: survivors accumulate more micro-batches, so throughput is surviving / total replicas) until the replacement joins after ``reschedule_s``, then a rejoin pause (init + copy of a node's state); a ZeRO-sharded optimizer loses its shard and reloads the checkpoint | nothing | Oobleck (SOSP'23), Bamboo (NSDI'23), ReCoVer |
+| ``elastic-dp`` | (c) keep going on the surviving data-parallel replicas (the global batch is kept: survivors accumulate more micro-batches, so throughput is surviving / total replicas) until the replacement, asked for at detection, joins ``reschedule_s`` later, then a rejoin pause (init + copy of a node's state); a ZeRO-sharded optimizer loses its shard and reloads the checkpoint | nothing | Oobleck (SOSP'23), Bamboo (NSDI'23), ReCoVer |
 | ``replan`` | (c) re-plan for the surviving GPUs (``replanner``: the search; without one, the same plan on the surviving replicas) and reload the checkpoint resharded; degraded throughput = old step / new step until the node returns, then re-plan back | nothing | ResiHP |
 | ``live-migration`` | (a)(b) detection + ~20 s migration to a standby that warmed up in a sandbox (no init, no storage load); planned interruptions and fail-slow nodes are migrated away (20 s) instead of restarted; (c) as restart | standby nodes (GPU-hours) | TrainMover (arXiv 2412.12636 v3: ~20 s downtime at 1,024 GPUs) |
 
@@ -142,7 +142,6 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
                             f"(dp {plan.dp}, {r} on a node)", "use restart or hot-spare, or a plan with more dp")
         node_state = costs.bytes_per_node_max
         copy_s = node_state / max(cluster.node.nic_bandwidth_per_gpu * min(g, cluster.num_gpus), 1.0)
-        degraded_s = rec.reschedule_s
         if "elastic-dp" in parts:
             degraded = (plan.dp - r) / plan.dp
             sharded = getattr(plan, "zero_stage", 0) >= 1 and plan.dp > 1
@@ -163,6 +162,9 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
                     replan_source = f"same plan on the surviving replicas (beats {replan_source}: {searched:.1%})"
             base = rec.detection_s + rec.stop_s + replan_s + rec.init_s + rec.load_s + rec.warmup_s
             rejoin = replan_s + rec.init_s + rec.load_s + rec.warmup_s
+        # the replacement is asked for once the failure is detected and arrives reschedule_s later; the job
+        # resumed on the survivors after `base`, so it runs degraded for what is left of that wait
+        degraded_s = max(0.0, rec.detection_s + rec.stop_s + rec.reschedule_s - base)
         no_spare = base + (1.0 - degraded) * degraded_s + rejoin
     legacy = parts == ("restart",)        # --hot-spares with the default policy keeps its meaning
     n_spares = spares if uses_spares(parts) or legacy else 0
