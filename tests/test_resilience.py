@@ -286,3 +286,14 @@ def test_docstring_examples_run():
     from clustertwin.reliability import fleets, policies, recovery
     for mod in (fleets, recovery, policies):
         assert doctest.testmod(mod).failed == 0
+
+
+def test_degraded_running_is_played_out_in_the_monte_carlo():
+    # replacements that take two hours: restart waits for each, elastic-dp runs on the survivors (several
+    # nodes missing at once in the simulation; a time-equivalent in the analytic figure)
+    common = dict(mtbf_s=HOUR, reschedule_s=2 * HOUR, monte_carlo_runs=100, seed=11)
+    r = estimate_goodput(small(), 1e12, **common)
+    el = estimate_goodput(small(), 1e12, policy="elastic-dp", **common)
+    assert el.goodput > 1.5 * r.goodput
+    assert el.monte_carlo.mean_s == pytest.approx(el.expected_time_to_train_s, rel=0.03)
+    assert el.policy.degraded_s == pytest.approx(2 * HOUR - (el.policy.degraded_base_s - 300), rel=1e-9)

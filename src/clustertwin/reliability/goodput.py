@@ -337,6 +337,12 @@ class RunParams:
     replace_share: float = 0.0
     spares: int = 0
     repair_s: float = 86400.0
+    # degraded running (elastic-dp, replan): the Monte Carlo plays it out; the analytic model prices it as
+    # time inside branch (c)
+    degraded_loss: float = 0.0                   # throughput lost per missing node (0: no degraded mode)
+    degraded_base_s: float = 0.0                 # branch (c) without the degraded time
+    return_delay_s: float = 0.0                  # failure to the replacement's arrival
+    rejoin_s: float = 0.0
 
     @property
     def tau_s(self) -> float:
@@ -547,7 +553,9 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
                        planned_cost_s=eff.planned_cost_s,
                        slow_rate_per_s=fail_slow.job_rate_per_s(cluster.num_nodes), slow_cost_s=eff.slow_cost_s,
                        branches_s=eff.branches_s, replace_share=rm.replace_share, spares=eff.spares,
-                       repair_s=cfg.repair_s)
+                       repair_s=cfg.repair_s,
+                       degraded_loss=0.0 if eff.degraded_throughput is None else 1.0 - eff.degraded_throughput,
+                       degraded_base_s=eff.degraded_base_s, return_delay_s=eff.return_delay_s, rejoin_s=eff.rejoin_s)
     extra = dict(steps=steps, failure_model=fm, rates=rates, straggler_model=sm, group=group, slow=slow,
                  config=cfg_used, costs=costs, restart=rm, recovery=rec, policy=eff, fleet=fleet, fail_slow=fail_slow)
     return params, extra

@@ -18,6 +18,7 @@ import numpy as np
 from ..errors import SpecError
 
 MAX_EVENTS = 5_000_000    # runs x expected events: above it the simulation is refused as too long
+MAX_MISSING = 16          # nodes a degraded run can miss at once (more: their time-equivalent is charged)
 
 
 def simulate(params, runs: int = 1000, seed: int = 0, ideal_s: float | None = None, held_gpus: int = 0,
@@ -46,9 +47,11 @@ def simulate(params, runs: int = 1000, seed: int = 0, ideal_s: float | None = No
     B = tau + C
     lam, mu = params.rate_per_s + params.slow_rate_per_s, params.planned_rate_per_s
     slow_share = params.slow_rate_per_s / lam if lam > 0 else 0.0
-    explicit = params.spares > 0 and params.replace_share > 0
+    degraded = params.degraded_loss > 0
+    explicit = (params.spares > 0 or degraded) and params.replace_share > 0
     in_place, spare_b, no_spare = params.branches_s
-    pool = np.zeros((runs, max(1, int(params.spares)))) if explicit else None    # when each spare is back
+    pool = np.full((runs, max(1, int(params.spares))), -np.inf if params.spares > 0 else np.inf)  # spare back at
+    missing = np.full((runs, MAX_MISSING), np.inf)      # when each missing node returns (degraded policies)
     misses = np.zeros(runs)
     values = np.asarray(params.restart_values_s, dtype=float)
     probs = np.asarray(params.restart_probs, dtype=float)
@@ -57,19 +60,26 @@ def simulate(params, runs: int = 1000, seed: int = 0, ideal_s: float | None = No
     def draw_restart(idx: np.ndarray, at: np.ndarray) -> np.ndarray:
         size = len(idx)
         if explicit:
-            assert pool is not None
             rep = rng.random(size) < params.replace_share
             out = np.full(size, in_place)
             if rep.any():
                 r = idx[rep]
-                free = pool[r] <= at[rep][:, None]
+                when = at[rep]
+                free = pool[r] <= when[:, None]
                 has = free.any(axis=1)
                 slot = np.argmax(free, axis=1)
-                got = r[has]
-                pool[got, slot[has]] = at[rep][has] + params.repair_s
+                pool[r[has], slot[has]] = when[has] + params.repair_s
                 vals = np.where(has, spare_b, no_spare)
-                out[rep] = vals
                 misses[r[~has]] += 1
+                if degraded and (~has).any():     # keep going without the node until it is replaced
+                    q, w = r[~has], when[~has]
+                    room = np.isinf(missing[q])
+                    ok = room.any(axis=1)
+                    col = np.argmax(room, axis=1)
+                    missing[q[ok], col[ok]] = w[ok] + params.return_delay_s
+                    sub = np.where(ok, params.degraded_base_s, no_spare)   # no room: the time-equivalent
+                    vals[~has] = sub
+                out[rep] = vals
             return out
         if len(values) == 1:
             return np.full(size, values[0])
@@ -89,7 +99,16 @@ def simulate(params, runs: int = 1000, seed: int = 0, ideal_s: float | None = No
         m = len(i)
         rem = W - work[i]
         k_full = np.maximum(np.ceil(rem / tau - 1e-12) - 1.0, 0.0)      # checkpoints before the last segment
-        finish = k_full * B + (rem - k_full * tau)
+        if degraded:               # throughput while nodes are missing: the wall time of a segment stretches
+            k_miss = np.isfinite(missing[i]).sum(axis=1)
+            F = np.clip(1.0 - k_miss * params.degraded_loss, 0.01, 1.0)
+            ret = missing[i].min(axis=1)
+        else:
+            F = np.ones(m)
+            ret = np.full(m, np.inf)
+        tau_w = tau / F
+        Bw = tau_w + C
+        finish = k_full * Bw + (rem - k_full * tau) / F
         xu = rng.exponential(1.0 / lam, m) if lam > 0 else np.full(m, np.inf)
         xp = rng.exponential(1.0 / mu, m) if mu > 0 else np.full(m, np.inf)
         R = rphase[i]
@@ -116,21 +135,23 @@ def simulate(params, runs: int = 1000, seed: int = 0, ideal_s: float | None = No
             continue
         j = i[ok]
         Rj, yu, yp, fin, kf = R[ok], xu[ok] - R[ok], xp[ok], finish[ok], k_full[ok]
+        Fj, Bj, twj = F[ok], Bw[ok], tau_w[ok]
+        yr = np.maximum(ret[ok] - (t[j] + Rj), 0.0)    # a missing node back (counted from the resume)
         restart[j] += Rj
         # 2. the run finishes before the next event
-        done = (fin <= yu) & (fin <= yp)
+        done = (fin <= yu) & (fin <= yp) & (fin <= yr)
         if done.any():
             d = j[done]
             t[d] += Rj[done] + fin[done]
             ckpt[d] += kf[done] * C
             active[d] = False
         # 3. a planned interruption first: checkpoint what is done (unless migrated), wait for it, restart
-        pl = ~done & (yp < yu)
+        pl = ~done & (yp < yu) & (yp <= yr)
         if pl.any():
             q = j[pl]
             y = yp[pl]
-            segs = np.floor(y / B)
-            work[q] += segs * tau + np.minimum(y - segs * B, tau)
+            segs = np.floor(y / Bj[pl])
+            work[q] += segs * tau + np.minimum(y - segs * Bj[pl], twj[pl]) * Fj[pl]
             if params.planned_cost_s is None:
                 ckpt[q] += segs * C + (C + P)
                 restart[q] += params.planned_restart_s
@@ -141,33 +162,46 @@ def simulate(params, runs: int = 1000, seed: int = 0, ideal_s: float | None = No
                 t[q] += Rj[pl] + y + params.planned_cost_s
             planned[q] += 1
             rphase[q] = 0.0
-        # 4. a fail-slow event (a share of the combined stream): the job slows, is drained, work kept
-        rest = ~done & ~pl
+        # 4. a missing node comes back: it rejoins (a pause), the work done is kept
+        rt = ~done & ~pl & (yr <= yu)
+        if rt.any():
+            q = j[rt]
+            y = yr[rt]
+            segs = np.floor(y / Bj[rt])
+            work[q] += segs * tau + np.minimum(y - segs * Bj[rt], twj[rt]) * Fj[rt]
+            ckpt[q] += segs * C
+            restart[q] += params.rejoin_s
+            t[q] += Rj[rt] + y + params.rejoin_s
+            col = np.argmin(missing[q], axis=1)
+            missing[q, col] = np.inf
+            rphase[q] = 0.0
+        # 5. a fail-slow event (a share of the combined stream): the job slows, is drained, work kept
+        rest = ~done & ~pl & ~rt
         is_slow = np.zeros(len(j), dtype=bool)
         if slow_share > 0 and rest.any():
             is_slow[rest] = rng.random(int(rest.sum())) < slow_share
         if is_slow.any():
             q = j[is_slow]
             y = yu[is_slow]
-            segs = np.floor(y / B)
-            work[q] += segs * tau + np.minimum(y - segs * B, tau)
+            segs = np.floor(y / Bj[is_slow])
+            work[q] += segs * tau + np.minimum(y - segs * Bj[is_slow], twj[is_slow]) * Fj[is_slow]
             ckpt[q] += segs * C
             slow_t[q] += params.slow_cost_s
             t[q] += Rj[is_slow] + y + params.slow_cost_s
             rphase[q] = 0.0
-        # 5. an unplanned failure: keep the durable checkpoints, restart
+        # 6. an unplanned failure: keep the durable checkpoints, restart
         fl = rest & ~is_slow
         if fl.any():
             q = j[fl]
             y = yu[fl]
-            commits = np.clip(np.floor((y - P) / B), 0.0, kf[fl])
+            commits = np.clip(np.floor((y - P) / Bj[fl]), 0.0, kf[fl])
             work[q] += commits * tau
             ckpt[q] += commits * C
             t[q] += Rj[fl] + y
             fails[q] += 1
             rphase[q] = draw_restart(q, t[q])
     ideal = W if ideal_s is None else float(ideal_s)
-    rework = t - W - ckpt - restart - slow_t
+    rework = t - W - ckpt - restart - slow_t      # with degraded running: the slower work is in rework
     mean = float(t.mean())
     std = float(t.std(ddof=1)) if n > 1 else 0.0
     half = 1.96 * std / math.sqrt(n)

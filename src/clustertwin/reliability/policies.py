@@ -105,6 +105,8 @@ class PolicyEffects:
     degraded_s: float                          # how long a missing node is missing
     rejoin_s: float                            # the pause when it comes back
     replan_source: str | None
+    degraded_base_s: float = 0.0               # branch (c) without the degraded time (the Monte Carlo plays it)
+    return_delay_s: float = 0.0                # failure to the replacement's arrival
     notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
@@ -130,6 +132,7 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
     degraded = None
     degraded_s = 0.0
     rejoin = 0.0
+    degraded_base = return_delay = 0.0
     live = "live-migration" in parts
     if live:
         in_place = rec.detection_s + rec.stop_s + migration_s
@@ -166,6 +169,7 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
         # resumed on the survivors after `base`, so it runs degraded for what is left of that wait
         degraded_s = max(0.0, rec.detection_s + rec.stop_s + rec.reschedule_s - base)
         no_spare = base + (1.0 - degraded) * degraded_s + rejoin
+        degraded_base, return_delay = base, rec.detection_s + rec.stop_s + rec.reschedule_s
     legacy = parts == ("restart",)        # --hot-spares with the default policy keeps its meaning
     n_spares = spares if uses_spares(parts) or legacy else 0
     if not (uses_spares(parts) or legacy) and spares:
@@ -180,7 +184,7 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
                          planned_cost_s=planned_cost, slow_cost_s=slow_cost, spares=n_spares, spare_gpus=n_spares * g,
                          host_memory_bytes_per_node=host_mem, degraded_throughput=degraded, degraded_s=degraded_s,
                          rejoin_s=rejoin, replan_source=replan_source if "replan" in parts else None,
-                         notes=tuple(notes))
+                         notes=tuple(notes), degraded_base_s=degraded_base, return_delay_s=return_delay)
 
 
 def check_spares(value: Any) -> int | None:
