@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import DataError, SpecError
 from .failures import (LLAMA3_GPUS, LLAMA3_HOURS, LLAMA3_NICS, LLAMA3_NODES, LLAMA3_PLANNED, PRESETS, FailureModel,
-                       load_failure_model)
+                       failure_model_from_mapping, load_failure_model)
 
 
 @dataclass(frozen=True)
@@ -138,8 +138,6 @@ def _number(field_name: str, v: Any, lo: float = 0.0) -> float:
 
 
 def _fleet_file(path: Path) -> Fleet:
-    import tempfile
-
     from ..catalog import read_data_file
     data = read_data_file(path, "fleet")
     if not isinstance(data, dict):
@@ -150,13 +148,7 @@ def _fleet_file(path: Path) -> Fleet:
         raise DataError(f"fleet.{extra[0]}", f"unknown key in {path.name}", f"use {', '.join(sorted(allowed))}")
     fm_spec = data.get("failure_model", "llama3-16k")
     if isinstance(fm_spec, dict):
-        import json
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as tmp:
-            json.dump(fm_spec, tmp)
-        try:
-            fm = load_failure_model(tmp.name)
-        finally:
-            Path(tmp.name).unlink(missing_ok=True)
+        fm = failure_model_from_mapping(fm_spec, path.stem, path.name, f"{path.name} (failure_model)")
     else:
         fm = load_failure_model(str(fm_spec))
     fs_raw = data.get("fail_slow") or {}
