@@ -182,7 +182,36 @@ def test_chakra_carries_the_priced_durations():
         busy = sum(mp.program.compute_s for task in rank.tasks if task.stream == "compute"
                    for _, _, mp in task.segments)
         opt = sum(pricer.time(task.op) for task in rank.tasks if task.phase == "step" and task.stream == "compute")
-        assert abs(comp_us - (busy + opt) * 1e6) <= 1.0
+        # with TP overlap, the chunk a GEMM waits for is a wait on the compute stream (".x", its priced time)
+        waits = [n for n in t.nodes if n.name.endswith(".x")]
+        assert waits and all(n.type == pb.COMP_NODE for n in waits)
+        exposed = sum(n.duration_s for n in waits)
+        assert abs(comp_us - (busy + opt + exposed) * 1e6) <= 1.0
+
+
+@needs_chakra
+def test_chakra_tp_overlap_is_one_collective_beside_its_gemm():
+    """An overlapped TP collective is written once, whole (ASTRA-sim charges its latency once), with the
+    exposed chunk as a wait of 1/tp of its priced time on the compute stream."""
+    graph = build_graph(tiny_job())
+    pricer = Pricer(graph)
+    t = build_templates(graph, pricer)[0]
+    by_id = {n.id: n for n in t.nodes}
+    overlapped = [n for n in t.nodes if n.name.endswith(".o")]
+    assert overlapped and all(n.type == pb.COMM_COLL_NODE for n in overlapped)
+    assert not any(n.name.endswith(".x") and n.type == pb.COMM_COLL_NODE for n in t.nodes)
+    for n in overlapped:
+        # a wait of the same op next to it: before it (enter) or after it (exit)
+        pair = [m for m in t.nodes if m.name == n.name[:-2] + ".x"]
+        assert len(pair) == 1
+        w = pair[0]
+        assert w.id in n.deps or n.id in w.deps
+    # whole collectives: the same bytes as without TP overlap (where each is one collective)
+    plain = build_templates(build_graph(tiny_job(plan="tp=2,cp=2,pp=2,dp=2,sp=1,overlap_tp_comm=0")), pricer)[0]
+    plain_sizes = {n.name: n.comm_size for n in plain.nodes if n.type == pb.COMM_COLL_NODE}
+    for n in overlapped:
+        assert plain_sizes.get(n.name[:-2]) == n.comm_size, n.name
+    assert by_id
 
 
 @needs_chakra

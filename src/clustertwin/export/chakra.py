@@ -491,10 +491,17 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                                              sum(prog.steps[x].op.flops * prog.steps[x].fraction for x in steps),
                                              sum(prog.steps[x].op.bytes * prog.steps[x].fraction for x in steps),
                                              node_deps, merge=is_entry and q > 0))
+                    elif first.part == "exposed":
+                        # TP overlap: the chunk the GEMM waits for is a wait on the compute stream, of
+                        # its priced time; the collective itself is written once, whole, beside the GEMM
+                        # (".o"), so ASTRA-sim charges its per-collective latency once and hides it
+                        ids.append(t.compute(label + ".x", first.duration_s, 0.0, 0.0, node_deps))
                     else:
-                        if first.part:
-                            label += ".x" if first.part == "exposed" else ".o"
-                        ids.append(t.collective(label, first.op, first.fraction, sizes[first.op.group], node_deps))
+                        whole = first.part == "overlapped"
+                        if whole:
+                            label += ".o"
+                        ids.append(t.collective(label, first.op, 1.0 if whole else first.fraction,
+                                                sizes[first.op.group], node_deps))
                 frontier = [ids[x] for x in fr.exits]
                 seg_exits.append(frontier)
                 entry = list(frontier)
