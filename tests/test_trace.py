@@ -192,7 +192,9 @@ def test_chakra_carries_the_priced_durations():
 @needs_chakra
 def test_chakra_tp_overlap_is_one_collective_beside_its_gemm():
     """An overlapped TP collective is written once, whole (ASTRA-sim charges its latency once), with the
-    exposed chunk as a wait of 1/tp of its priced time on the compute stream."""
+    exposed chunk as a wait of 1/tp of its priced time on the compute stream: an all-gather starts with
+    the wait for its first chunk (the GEMM follows the wait); after a reduce-scatter beside its GEMM,
+    the wait for its last chunk follows the GEMM and the next node waits for both."""
     graph = build_graph(tiny_job())
     pricer = Pricer(graph)
     t = build_templates(graph, pricer)[0]
@@ -205,7 +207,10 @@ def test_chakra_tp_overlap_is_one_collective_beside_its_gemm():
         pair = [m for m in t.nodes if m.name == n.name[:-2] + ".x"]
         assert len(pair) == 1
         w = pair[0]
-        assert w.id in n.deps or n.id in w.deps
+        if n.comm_type == pb.ALL_GATHER:          # enter
+            assert n.deps == w.deps
+        else:                                      # exit
+            assert n.id not in w.deps and any({w.id, n.id} <= set(m.deps) for m in t.nodes)
     # whole collectives: the same bytes as without TP overlap (where each is one collective)
     plain = build_templates(build_graph(tiny_job(plan="tp=2,cp=2,pp=2,dp=2,sp=1,overlap_tp_comm=0")), pricer)[0]
     plain_sizes = {n.name: n.comm_size for n in plain.nodes if n.type == pb.COMM_COLL_NODE}
@@ -232,6 +237,21 @@ def test_chakra_interleaved_and_fsdp_traces_are_consistent(tmp_path):
                     key = tuple(_attr(n, k).int32_val for k in ("comm_src", "comm_dst", "comm_tag"))
                     (sends if n.type == pb.COMM_SEND_NODE else recvs)[key] += 1
         assert sends == recvs, plan
+
+
+@needs_chakra
+def test_chakra_gradient_buckets_follow_their_pass():
+    """ASTRA-sim runs one collective per rank at a time: gradient buckets are issued when the last
+    backward pass that releases them ends, after that pass's TP collectives, not in between."""
+    graph = build_graph(tiny_job())
+    m = graph.num_microbatches
+    for t in build_templates(graph):
+        grads = [n for n in t.nodes if "grad" in n.name and n.type == pb.COMM_COLL_NODE and n.hole == "pg:dp_cp"]
+        last_pass = [n for n in t.nodes if n.name.startswith(f"B{m - 1}.") and n.type == pb.COMM_COLL_NODE]
+        assert grads and last_pass
+        assert min(g.id for g in grads) > max(n.id for n in last_pass)
+        assert all(any(d in {n.id for n in t.nodes if n.name.startswith(f"B{m - 1}.")} for d in g.deps)
+                   or g.ctrl for g in grads)
 
 
 def test_chakra_group_ids_follow_megatron_rank_order():

@@ -70,14 +70,16 @@ def system_config(graph: WorkloadGraph, dims: int, roofline: bool) -> dict:
     """ASTRA-sim's system file: ring collectives on every dimension (what NCCL runs for large
     messages), one chunk per collective (``preferred-dataset-splits`` 1, one active chunk: the
     congestion-unaware backend does not share a link between concurrent chunks, so splitting a
-    collective would multiply its bandwidth), FIFO scheduling, no endpoint delay (the ring step
-    latency is in the network file), and the roofline of the GPU: its dense peak at the job's
+    collective would multiply its bandwidth), FIFO scheduling, an endpoint delay of 1 ns (the ring
+    step latency is in the network file), and the roofline of the GPU: its dense peak at the job's
     precision and its HBM bandwidth."""
     gpu = graph.job.cluster.gpu
     ring = ["ring"] * dims
     return {
         "scheduling-policy": "FIFO",
-        "endpoint-delay": 0,
+        # 1 ns, not 0: a 0 delay schedules an event at the current time, which the analytical
+        # backend's event queue rejects (EventQueue::proceed asserts the next event is later)
+        "endpoint-delay": 1,
         "active-chunks-per-dimension": 1,
         "preferred-dataset-splits": 1,
         "all-reduce-implementation": ring,

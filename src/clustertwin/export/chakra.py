@@ -456,6 +456,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
             for op, j, b in dpw.grad_order(order, v):
                 releases.setdefault((j, b.release), []).append((op, b))
         grad_nodes: list[int] = []
+        deferred: list = []
         for ph, j, k in order:
             segs = chunks[j] if ph == "F" else chunks[j][::-1]
             idxs = list(range(len(segs))) if ph == "F" else list(range(len(segs) - 1, -1, -1))
@@ -481,8 +482,11 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                         pre = seg_exits[q - ahead] if q >= ahead else pass_start
                         entry.append(dp_node(f"{op.name}.{s.label}.mb{k}", op, w / total, pre))
                 ids: list[int] = []
+                waits: dict[int, list[int]] = {}     # TP-overlap wait node -> its dependencies
+                joins: dict[int, list[int]] = {}     # exit wait node -> the collective beside its GEMM
                 for kind, steps, deps, is_entry in fr.nodes:
                     node_deps = [ids[d] for d in deps] + (entry if is_entry else [])
+                    node_deps += [c for d in node_deps for c in joins.get(d, ())]
                     first = prog.steps[steps[0]]
                     label = f"{ph}{k}.{s.label}.{first.op.name}" + (f"+{len(steps) - 1}" if len(steps) > 1 else "")
                     if kind == "comp":
@@ -495,19 +499,32 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                         # TP overlap: the chunk the GEMM waits for is a wait on the compute stream, of
                         # its priced time; the collective itself is written once, whole, beside the GEMM
                         # (".o"), so ASTRA-sim charges its per-collective latency once and hides it
-                        ids.append(t.compute(label + ".x", first.duration_s, 0.0, 0.0, node_deps))
+                        # exit (a reduce-scatter's last chunk after its GEMM): the wait follows the GEMM
+                        # and what comes next also waits for the collective: max(GEMM + chunk, collective)
+                        beside = [d for d in node_deps if t.nodes[d].type == t.pb.COMM_COLL_NODE
+                                  and t.nodes[d].name.endswith(".o")]
+                        ids.append(t.compute(label + ".x", first.duration_s, 0.0, 0.0,
+                                             [d for d in node_deps if d not in beside]))
+                        waits[ids[-1]] = node_deps
+                        if beside:
+                            joins[ids[-1]] = beside
                     else:
                         whole = first.part == "overlapped"
                         if whole:
                             label += ".o"
+                            # it starts with the wait for its first chunk (enter), not after it
+                            node_deps = [x for d in node_deps for x in waits.get(d, [d])]
                         ids.append(t.collective(label, first.op, 1.0 if whole else first.fraction,
                                                 sizes[first.op.group], node_deps))
                 frontier = [ids[x] for x in fr.exits]
+                frontier += [c for d in frontier for c in joins.get(d, ()) if c not in frontier]
                 seg_exits.append(frontier)
                 entry = list(frontier)
                 if ph == "B" and k == m - 1:
-                    for op, b in releases.get((j, si), ()):
-                        grad_nodes.append(dp_node(f"{op.name}.c{j}", op, b.share, frontier))
+                    # gradient buckets released in this pass are issued when the pass ends: ASTRA-sim
+                    # runs one collective per rank at a time, so a bucket issued at its release point
+                    # would hold back the pass's remaining TP collectives (see docs/trace.md)
+                    deferred += [(op, b, j) for op, b in releases.get((j, si), ())]
                 for op in dpw.fsdp_ops:
                     if op.collective == "reduce_scatter" and ph == "B":
                         total = sum(segment_weight(x, op.group) for c in chunks for x in c)
@@ -522,6 +539,9 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                             frontier)
                 if not plan.overlap_pp_comm:
                     blocking.append(sid)
+            for op, b, jj in deferred:
+                grad_nodes.append(dp_node(f"{op.name}.c{jj}", op, b.share, frontier))
+            deferred = []
         if not dpw.release:
             for op, j, b in dpw.grad_order(order, v):
                 grad_nodes.append(dp_node(f"{op.name}.c{j}", op, b.share, frontier))
