@@ -53,7 +53,7 @@ def run(name: str, directory: Path, keep: bool, layout: str = "auto") -> None:
     print(f"{name}: {job.cluster.num_gpus:,} ranks, {job.plan.short()}, {graph.num_microbatches} micro-batches")
     print(f"  templates (one per stage, {len(templates)} stages): {t_templates:.2f} s; "
           f"{min(nodes):,}-{max(nodes):,} nodes per rank")
-    print(f"  trace ({res.layout} layout, graph built): {t_write:.2f} s, {res.files:,} trace files, "
+    print(f"  trace ({res.layout} layout, graph given): {t_write:.2f} s, {res.files:,} trace files, "
           f"{on_disk / 1e6:,.1f} MB on disk in all (groups file and ASTRA-sim configs included)")
     if res.layout == "compact":
         tp = job.plan.tp

@@ -97,14 +97,18 @@ def system_config(graph: WorkloadGraph, dims: int, roofline: bool) -> dict:
 REMOTE_MEMORY = {"memory-type": "NO_MEMORY_EXPANSION"}
 
 
-def readme(name: str, world: int, dims: dict, model: str, plan: str) -> str:
+def readme(name: str, world: int, dims: dict, model: str, plan: str, compact: bool = False) -> str:
     binary = "AstraSim_Analytical_Congestion_Unaware"
     cmd = (f"{binary} --workload-configuration={name} --comm-group-configuration={name}.groups.json "
            f"--system-configuration={name}.system.json --network-configuration={name}.network.yml "
            f"--remote-memory-configuration={name}.remote_memory.json")
+    expand = (f"""The traces are in the compact layout (one template per pipeline stage): write the per-rank
+files first, `clustertwin trace-expand . --name {name}` (all ranks; ASTRA-sim reads every one).
+
+""" if compact else "")
     return f"""# ASTRA-sim run of {model}, {plan}, {world:,} ranks (written by clustertwin trace --format chakra)
 
-Run from this directory, with ASTRA-sim 2.x built with its analytical backend
+{expand}Run from this directory, with ASTRA-sim 2.x built with its analytical backend
 (`./build/astra_analytical/build.sh`; the binary is in `build/astra_analytical/build/bin/`):
 
     {cmd}
@@ -123,11 +127,13 @@ Roofline mode (compute time from each node's `num_ops` and `tensor_size`): use
 
 The congestion-aware binary takes a 1-D network only; this network has
 {len(dims['npus_count'])} dimension(s), so run the congestion-unaware one. What ASTRA-sim does with the
-groups, and where its step differs from clustertwin's: see clustertwin's docs/trace.md.
+groups, and where its step differs from clustertwin's: see clustertwin's docs/trace.md (checked with
+astra-sim commit 518bd51, 2026-03).
 """
 
 
-def write_astra_configs(graph: WorkloadGraph, profile: HardwareProfile, out, name: str) -> dict[str, str]:
+def write_astra_configs(graph: WorkloadGraph, profile: HardwareProfile, out, name: str,
+                        compact: bool = False) -> dict[str, str]:
     """Write ``<name>.network.yml``, ``<name>.system.json``, ``<name>.system_roofline.json``,
     ``<name>.remote_memory.json`` and ``<name>.README.md`` into ``out``; returns kind -> file name."""
     from pathlib import Path
@@ -143,7 +149,7 @@ def write_astra_configs(graph: WorkloadGraph, profile: HardwareProfile, out, nam
         "system_roofline": (f"{name}.system_roofline.json",
                             json.dumps(system_config(graph, len(dims["npus_count"]), True), indent=2) + "\n"),
         "remote_memory": (f"{name}.remote_memory.json", json.dumps(REMOTE_MEMORY, indent=2) + "\n"),
-        "readme": (f"{name}.README.md", readme(name, world, dims, graph.job.model.name, graph.plan.short())),
+        "readme": (f"{name}.README.md", readme(name, world, dims, graph.job.model.name, graph.plan.short(), compact)),
     }
     for fname, text in files.values():
         (out / fname).write_text(text, encoding="utf-8")

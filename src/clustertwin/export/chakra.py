@@ -713,7 +713,7 @@ def write_chakra(graph: WorkloadGraph, out_dir: str | Path, name: str = "workloa
     astra_files = {}
     if configs:
         from .astra import write_astra_configs
-        astra_files = write_astra_configs(graph, pricer.profile, out, name)
+        astra_files = write_astra_configs(graph, pricer.profile, out, name, compact=layout == "compact")
     manifest = out / f"{name}.manifest.json"
     manifest.write_text(json.dumps({
         "schema": 1,
