@@ -17,7 +17,16 @@ What each rank's trace holds, in the order the rank runs it (Megatron's 1F1B / i
 
 Ranks of one pipeline stage run the same program and differ only in their groups and pipeline peers,
 so each stage's trace is built and serialized once; a rank's file is that template with its group
-ids and peer ranks spliced in (the serialized fields are appended attributes).
+ids and peer ranks spliced in (the serialized fields are appended attributes). Those fields are
+absolute rank and group numbers, so no two ranks' files are identical (hard links cannot share
+them); above COMPACT_THRESHOLD ranks the export writes the templates themselves (the compact
+layout) and ``expand`` writes any rank's file from them.
+
+For ASTRA-sim (docs/trace.md): compute nodes carry ``num_ops``/``tensor_size`` that its roofline
+turns into their priced duration (``Roofline``); an overlapped TP collective is one whole
+collective beside its GEMM plus a wait on the compute stream for its exposed chunk; gradient
+buckets are issued when their backward pass ends; ``export/astra.py`` writes the network, system
+and remote-memory files and the README with the command.
 """
 from __future__ import annotations
 
