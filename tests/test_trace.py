@@ -16,9 +16,12 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clustertwin.cli import main
-from clustertwin.export.chakra import RankLayout, build_templates, read_trace, write_chakra
+from clustertwin.export.astra import network_dims
+from clustertwin.export.chakra import (RankLayout, Roofline, build_templates, expand, parse_ranks, read_trace,
+                                      write_chakra)
 from clustertwin.export.graph_json import SCHEMA, VERSION, graph_to_json
 from clustertwin.export.perfetto import perfetto_trace, write_perfetto
 from clustertwin.predict import make_training_job, predict_job
@@ -179,7 +182,41 @@ def test_chakra_carries_the_priced_durations():
         busy = sum(mp.program.compute_s for task in rank.tasks if task.stream == "compute"
                    for _, _, mp in task.segments)
         opt = sum(pricer.time(task.op) for task in rank.tasks if task.phase == "step" and task.stream == "compute")
-        assert abs(comp_us - (busy + opt) * 1e6) <= 1.0
+        # with TP overlap, the chunk a GEMM waits for is a wait on the compute stream (".x", its priced time)
+        waits = [n for n in t.nodes if n.name.endswith(".x")]
+        assert waits and all(n.type == pb.COMP_NODE for n in waits)
+        exposed = sum(n.duration_s for n in waits)
+        assert abs(comp_us - (busy + opt + exposed) * 1e6) <= 1.0
+
+
+@needs_chakra
+def test_chakra_tp_overlap_is_one_collective_beside_its_gemm():
+    """An overlapped TP collective is written once, whole (ASTRA-sim charges its latency once), with the
+    exposed chunk as a wait of 1/tp of its priced time on the compute stream: an all-gather starts with
+    the wait for its first chunk (the GEMM follows the wait); after a reduce-scatter beside its GEMM,
+    the wait for its last chunk follows the GEMM and the next node waits for both."""
+    graph = build_graph(tiny_job())
+    pricer = Pricer(graph)
+    t = build_templates(graph, pricer)[0]
+    by_id = {n.id: n for n in t.nodes}
+    overlapped = [n for n in t.nodes if n.name.endswith(".o")]
+    assert overlapped and all(n.type == pb.COMM_COLL_NODE for n in overlapped)
+    assert not any(n.name.endswith(".x") and n.type == pb.COMM_COLL_NODE for n in t.nodes)
+    for n in overlapped:
+        # a wait of the same op next to it: before it (enter) or after it (exit)
+        pair = [m for m in t.nodes if m.name == n.name[:-2] + ".x"]
+        assert len(pair) == 1
+        w = pair[0]
+        if n.comm_type == pb.ALL_GATHER:          # enter
+            assert n.deps == w.deps
+        else:                                      # exit
+            assert n.id not in w.deps and any({w.id, n.id} <= set(m.deps) for m in t.nodes)
+    # whole collectives: the same bytes as without TP overlap (where each is one collective)
+    plain = build_templates(build_graph(tiny_job(plan="tp=2,cp=2,pp=2,dp=2,sp=1,overlap_tp_comm=0")), pricer)[0]
+    plain_sizes = {n.name: n.comm_size for n in plain.nodes if n.type == pb.COMM_COLL_NODE}
+    for n in overlapped:
+        assert plain_sizes.get(n.name[:-2]) == n.comm_size, n.name
+    assert by_id
 
 
 @needs_chakra
@@ -200,6 +237,21 @@ def test_chakra_interleaved_and_fsdp_traces_are_consistent(tmp_path):
                     key = tuple(_attr(n, k).int32_val for k in ("comm_src", "comm_dst", "comm_tag"))
                     (sends if n.type == pb.COMM_SEND_NODE else recvs)[key] += 1
         assert sends == recvs, plan
+
+
+@needs_chakra
+def test_chakra_gradient_buckets_follow_their_pass():
+    """ASTRA-sim runs one collective per rank at a time: gradient buckets are issued when the last
+    backward pass that releases them ends, after that pass's TP collectives, not in between."""
+    graph = build_graph(tiny_job())
+    m = graph.num_microbatches
+    for t in build_templates(graph):
+        grads = [n for n in t.nodes if "grad" in n.name and n.type == pb.COMM_COLL_NODE and n.hole == "pg:dp_cp"]
+        last_pass = [n for n in t.nodes if n.name.startswith(f"B{m - 1}.") and n.type == pb.COMM_COLL_NODE]
+        assert grads and last_pass
+        assert min(g.id for g in grads) > max(n.id for n in last_pass)
+        assert all(any(d in {n.id for n in t.nodes if n.name.startswith(f"B{m - 1}.")} for d in g.deps)
+                   or g.ctrl for g in grads)
 
 
 def test_chakra_group_ids_follow_megatron_rank_order():
@@ -228,6 +280,126 @@ def test_chakra_without_the_package_is_a_one_line_error(tmp_path, capsys, monkey
     code = main(["trace", "--format", "chakra", "--out", str(tmp_path / "et")])
     _, err = capsys.readouterr()
     assert code == 2 and len(err.strip().splitlines()) == 1 and "[chakra]" in err
+
+
+@needs_chakra
+def test_chakra_compute_nodes_run_in_roofline_mode(tiny_chakra):
+    """Every compute node has num_ops > 0 and tensor_size > 0 (0 FLOPs hangs ASTRA-sim's roofline), and
+    the roofline of the emitted system file turns them into the node's duration (within its µs rounding)."""
+    out, _ = tiny_chakra
+    system = json.loads((out / "tiny.system_roofline.json").read_text())
+    assert system["roofline-enabled"] == 1
+    roof = Roofline(peak=system["peak-perf"] * 1e12, bandwidth=system["local-mem-bw"] * 1e9)
+    names = set()
+    for r in (0, 8):                                       # one rank of each stage
+        _, nodes = read_trace(out / f"tiny.{r}.et")
+        total_us, total_roof = 0, 0.0
+        for n in nodes:
+            if n.type != pb.COMP_NODE:
+                continue
+            ops, size = _attr(n, "num_ops").int64_val, _attr(n, "tensor_size").uint64_val
+            assert ops > 0 and size > 0, n.name
+            t = roof.seconds(ops, size) * 1e6
+            assert abs(t - n.duration_micros) <= 1.0 + 1e-6, n.name
+            total_us += n.duration_micros
+            total_roof += t
+            names.add(n.name)
+        assert abs(total_roof - total_us) <= 1.0          # the rounding is carried: totals agree
+    assert any("embedding" in x for x in names)           # the nodes that had 0 FLOPs are among them
+
+
+def test_roofline_attributes_hand_checked():
+    roof = Roofline(peak=1e15, bandwidth=1e12)             # 1 PFLOP/s, 1 TB/s
+    # a GEMM: 1e12 FLOPs, 1e9 bytes, priced at 2 ms (50% of peak): compute-bound, num_ops = 2 ms x peak
+    assert roof.attributes(1e12, 1e9, 2e-3) == (2_000_000_000_000, 1_000_000_000)
+    # an elementwise op with no FLOPs, 1e9 bytes in 1.25 ms (80% of HBM): tensor_size = 1.25 ms x bandwidth,
+    # num_ops one per 16-bit element
+    assert roof.attributes(0, 1e9, 1.25e-3) == (500_000_000, 1_250_000_000)
+    for f, b, t in ((1e12, 1e9, 2e-3), (0, 1e9, 1.25e-3), (5e9, 4e9, 1e-6), (0, 0, 3e-6)):
+        ops, size = roof.attributes(f, b, t)
+        assert ops > 0 and size > 0 and roof.seconds(ops, size) == pytest.approx(t, rel=1e-6)
+
+
+@needs_chakra
+def test_chakra_writes_astra_sim_configs(tiny_chakra):
+    """The network, system and remote-memory files carry the fields ASTRA-sim's parsers read, matching
+    clustertwin's cluster (16 H100s: 8 GPUs a node, 2 nodes) and a README with the command."""
+    out, _ = tiny_chakra
+    net = yaml.safe_load((out / "tiny.network.yml").read_text())
+    assert net["topology"] == ["Switch", "Switch"] and net["npus_count"] == [8, 2]
+    assert all(len(net[k]) == 2 for k in ("bandwidth", "latency"))
+    assert net["bandwidth"][0] > net["bandwidth"][1] > 0 and net["latency"][1] > net["latency"][0] > 0
+    for f in ("tiny.system.json", "tiny.system_roofline.json"):
+        s = json.loads((out / f).read_text())
+        for k in ("all-reduce", "all-gather", "reduce-scatter", "all-to-all"):
+            assert len(s[f"{k}-implementation"]) == 2
+        assert s["preferred-dataset-splits"] == 1 and s["active-chunks-per-dimension"] == 1
+        assert s["peak-perf"] == pytest.approx(989.4, rel=0.01) and s["local-mem-bw"] == pytest.approx(3350, rel=0.01)
+    assert json.loads((out / "tiny.remote_memory.json").read_text()) == {"memory-type": "NO_MEMORY_EXPANSION"}
+    readme = (out / "tiny.README.md").read_text()
+    cmd = next(line.strip() for line in readme.splitlines() if line.strip().startswith("AstraSim_"))
+    assert cmd.startswith("AstraSim_Analytical_Congestion_Unaware --workload-configuration=tiny ")
+    for arg in cmd.split()[1:]:
+        key, _, value = arg.partition("=")
+        assert key.startswith("--") and (value == "tiny" or (out / value).exists()), arg
+    man = json.loads((out / "tiny.manifest.json").read_text())
+    assert man["astra_sim"]["network"] == "tiny.network.yml"
+
+
+def test_network_dims_follow_the_cluster():
+    one = build_graph(make_training_job("llama3-8b", gpu="h100", num_gpus=8, plan="tp=8,sp=1", global_batch=8,
+                                        seq_len=1024))
+    from clustertwin.calibrate.profile import profile_for
+    d = network_dims(one, profile_for(one.job.cluster.gpu))
+    assert d["topology"] == ["Switch"] and d["npus_count"] == [8]
+    two = build_graph(tiny_job(num_gpus=64, plan="tp=2,cp=2,pp=2,dp=8,sp=1", global_batch=16))
+    d2 = network_dims(two, profile_for(two.job.cluster.gpu))
+    assert d2["npus_count"] == [8, 8] and d2["bandwidth"][0] == d["bandwidth"][0]
+
+
+@needs_chakra
+def test_chakra_compact_layout_expands_to_the_same_files(tiny_chakra, tmp_path):
+    """The compact layout (one template per stage) expands, rank by rank, to exactly the files the
+    per-rank layout writes, which decode with mlc-chakra's own reader and jsonizer."""
+    out, _ = tiny_chakra
+    res = write_chakra(build_graph(tiny_job()), tmp_path / "c", "tiny", layout="compact")
+    assert res.layout == "compact" and res.files == 2 and not list((tmp_path / "c").glob("tiny.*.et"))
+    assert res.bytes_written < 0.25 * sum((out / f"tiny.{r}.et").stat().st_size for r in range(16))
+    dst, files, _ = expand(tmp_path / "c", "tiny", [0, 9, 15], tmp_path / "x")
+    assert files == 3 and (dst / "tiny.groups.json").exists() and (dst / "tiny.network.yml").exists()
+    for r in (0, 9, 15):
+        assert (dst / f"tiny.{r}.et").read_bytes() == (out / f"tiny.{r}.et").read_bytes()
+    proc = subprocess.run([*_jsonizer(), "--input_filename", str(dst / "tiny.9.et"), "--output_filename",
+                           str(tmp_path / "r9.json")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_decode_json_stream((tmp_path / "r9.json").read_text())) == 1 + len(read_trace(dst / "tiny.9.et")[1])
+
+
+def test_parse_ranks():
+    assert parse_ranks("0,8,10-12", 16) == [0, 8, 10, 11, 12]
+    assert parse_ranks("all", 3) == [0, 1, 2]
+
+
+@needs_chakra
+def test_trace_expand_cli_and_bad_input(tmp_path, capsys):
+    args = ["--model", "gpt3-125m", "--gpu", "h100", "-n", "8", "--plan", "tp=2,pp=2,dp=2", "--global-batch", "8",
+            "--seq-len", "1024"]
+    code = main(["trace", "--format", "chakra", "--out", str(tmp_path / "et"), "--layout", "compact", *args])
+    _, err = capsys.readouterr()
+    assert code == 0, err
+    code = main(["trace-expand", str(tmp_path / "et"), "--ranks", "4-7", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["files"] == 4 and sorted(p.name for p in (tmp_path / "et").glob("*.et")) == \
+        [f"workload.{r}.et" for r in range(4, 8)]
+    for argv, field in ((["trace-expand", str(tmp_path / "et"), "--ranks", "8"], "error: ranks"),
+                        (["trace-expand", str(tmp_path / "et"), "--ranks", "a-b"], "error: ranks"),
+                        (["trace-expand", str(tmp_path / "nothing")], "error: directory"),
+                        (["trace", "--format", "chakra", "--out", str(tmp_path / "y"), "--layout", "zip", *args],
+                         "error: layout")):
+        code = main(argv)
+        _, err = capsys.readouterr()
+        assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(field), (argv, err)
 
 
 # ---- Perfetto ----------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ paragraph) or the disk (trace.md's trace-writing speed, benchmarks/trace_speed.p
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from pathlib import Path
@@ -118,8 +119,57 @@ def slow_gpu() -> str:
     return "\n".join(lines)
 
 
+def policies_llama3_405b() -> str:
+    """goodput.md: every resilience policy on the Llama 3 405B scenario, fleet llama3-16k (Monte Carlo 100 runs)."""
+    from clustertwin.reliability import compare_policies
+    res = compare_policies(_llama3_405b(), 15.6e12, runs=100, seed=2024, fleet="llama3-16k")
+    lines = ["| policy | goodput | effective training time | goodput p10-p90 | time p50 | restart | interval | "
+             "spare GPUs | host memory / node | GPU-hours |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res:
+        e = r.estimate
+        mc = e.monte_carlo
+        mem = f"{e.policy.host_memory_bytes_per_node / 1e9:.2f} GB" if e.policy.host_memory_bytes_per_node else "0"
+        lines.append(f"| `{r.policy}` | {_pct(e.goodput)} | {_pct(e.effective_training_time_ratio)} | "
+                     f"{mc.goodput_p10 * 100:.1f}-{mc.goodput_p90 * 100:.1f}% | {mc.p50_s / DAY:.1f} d | "
+                     f"{e.restart_time_s / 60:.1f} min | {e.checkpoint_interval_s / 60:.1f} min | "
+                     f"{e.policy.spare_gpus} | {mem} | {e.gpu_hours / 1e6:.2f}M |")
+    return "\n".join(lines)
+
+
+def resilience_published() -> str:
+    """goodput.md: the published resilience figures (data/validation/resilience_published.csv) against the model."""
+    import csv
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("test_resilience", ROOT / "tests" / "test_resilience.py")
+    mod = importlib.util.module_from_spec(spec)   # type: ignore[arg-type]
+    spec.loader.exec_module(mod)                  # type: ignore[union-attr]
+    lines = ["| id | figure | published | model | error |", "|---|---|---:|---:|---:|"]
+    with open(ROOT / "data" / "validation" / "resilience_published.csv", newline="") as f:
+        for row in csv.DictReader(f):
+            got = mod._model_value(row["id"])
+            unit = row["unit"]
+            pub = (row["published"] if row["published"] else
+                   f"{row['published_low']}-{row['published_high']}" if row["published_low"] and row["published_high"]
+                   else f"> {row['published_low']}" if row["published_low"] else f"< {row['published_high']}")
+            if got is None:
+                model, err = "-", "see below"
+            else:
+                model = f"{got:.4g}"
+                if row["published"]:
+                    p = float(row["published"])
+                    err = f"{(got - p) * 100:+.1f} points" if unit in ("ratio", "fraction") else f"{(got / p - 1) * 100:+.1f}%"
+                else:
+                    lo = float(row["published_low"]) if row["published_low"] else -math.inf
+                    hi = float(row["published_high"]) if row["published_high"] else math.inf
+                    err = "within" if lo <= got <= hi else "outside"
+            lines.append(f"| `{row['id']}` | {row['quantity']} ({unit}) | {pub} | {model} | {err} |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "llama3-405b": ("docs/goodput.md", llama3_405b_result),
+    "policies-llama3-405b": ("docs/goodput.md", policies_llama3_405b),
+    "resilience-published": ("docs/goodput.md", resilience_published),
     "failures-change-the-plan": ("docs/goodput.md", failures_change_the_plan),
     "slow-gpu": ("docs/trace.md", slow_gpu),
 }

@@ -182,7 +182,7 @@ _SUBCOMMAND_MODULES: list[str] = [
 _COMMANDS_OF: dict[str, tuple[str, ...]] = {
     "clustertwin.calibrate.cli": ("calibrate", "measure"),
     "clustertwin.cluster.cli": ("place", "collective"),
-    "clustertwin.export.cli": ("trace", "sim"),
+    "clustertwin.export.cli": ("trace", "trace-expand", "sim"),
     "clustertwin.power.cli": ("energy", "heat"),
     "clustertwin.profiler.cli": ("compare-trace",),
     "clustertwin.reliability.cli": ("goodput",),

@@ -17,7 +17,16 @@ What each rank's trace holds, in the order the rank runs it (Megatron's 1F1B / i
 
 Ranks of one pipeline stage run the same program and differ only in their groups and pipeline peers,
 so each stage's trace is built and serialized once; a rank's file is that template with its group
-ids and peer ranks spliced in (the serialized fields are appended attributes).
+ids and peer ranks spliced in (the serialized fields are appended attributes). Those fields are
+absolute rank and group numbers, so no two ranks' files are identical (hard links cannot share
+them); above COMPACT_THRESHOLD ranks the export writes the templates themselves (the compact
+layout) and ``expand`` writes any rank's file from them.
+
+For ASTRA-sim (docs/trace.md): compute nodes carry ``num_ops``/``tensor_size`` that its roofline
+turns into their priced duration (``Roofline``); an overlapped TP collective is one whole
+collective beside its GEMM plus a wait on the compute stream for its exposed chunk; gradient
+buckets are issued when their backward pass ends; ``export/astra.py`` writes the network, system
+and remote-memory files and the README with the command.
 """
 from __future__ import annotations
 
@@ -145,6 +154,50 @@ class GroupIds:
         return {str(g): ranks for g, ranks in sorted(out.items())}
 
 
+# ---- the roofline of the emitted system file ----------------------------------------------------
+@dataclass(frozen=True)
+class Roofline:
+    """ASTRA-sim's roofline (astra-sim ``system/Roofline.cc``, ``workload/Workload.cc`` issue_comp): a
+    compute node of ``num_ops`` operations moving ``tensor_size`` bytes takes
+    num_ops / min(bandwidth x num_ops / tensor_size, peak) = max(num_ops / peak, tensor_size / bandwidth).
+
+    ``peak`` (FLOP/s) and ``bandwidth`` (B/s) are what the system file says (``peak-perf`` in TFLOPS,
+    ``local-mem-bw`` in GB/s of 1e9 bytes): the GPU's dense peak at the job's precision and its HBM
+    bandwidth."""
+
+    peak: float
+    bandwidth: float
+
+    def attributes(self, flops: float, nbytes: float, seconds: float) -> tuple[int, int]:
+        """(num_ops, tensor_size) of a node that moves ``nbytes``, does ``flops`` and is priced at
+        ``seconds``, chosen so that the roofline above takes exactly ``seconds``.
+
+        The side that binds at the roofline keeps its meaning scaled by the node's priced efficiency:
+        a compute-bound node (flops / peak >= bytes / bandwidth) carries num_ops = seconds x peak (its
+        FLOPs over its efficiency) and its bytes; a memory-bound one carries tensor_size = seconds x
+        bandwidth (its bytes over its efficiency) and its FLOPs. A node the graph gives no FLOPs
+        (embedding lookup, residual add, unpermute, embedding gradient) counts one operation per
+        16-bit element it moves, so num_ops > 0 everywhere: a node with num_ops 0 makes ASTRA-sim's
+        roofline divide 0 by 0."""
+        peak, bw = self.peak, self.bandwidth
+        if seconds <= 0:
+            return 1, 1
+        if flops <= 0:
+            flops = nbytes / 2
+        if flops * bw >= nbytes * peak:                      # compute-bound at the roofline
+            return max(1, round(seconds * peak)), max(1, min(int(nbytes), int(seconds * bw)))
+        return max(1, min(int(flops), int(seconds * peak))), max(1, round(seconds * bw))
+
+    def seconds(self, num_ops: int, tensor_size: int) -> float:
+        """What ASTRA-sim's roofline makes of a node's attributes."""
+        return num_ops / min(self.bandwidth * num_ops / tensor_size, self.peak)
+
+    @classmethod
+    def of(cls, graph: WorkloadGraph) -> "Roofline":
+        gpu = graph.job.cluster.gpu
+        return cls(peak=gpu.peak(graph.plan.precision), bandwidth=gpu.hbm_bandwidth_bytes_per_s)
+
+
 # ---- stage templates ---------------------------------------------------------------------------
 @dataclass
 class _Node:
@@ -154,6 +207,7 @@ class _Node:
     deps: list[int]
     ctrl: list[int] = field(default_factory=list)
     duration_us: int = 0
+    duration_s: float = 0.0   # unrounded, for the roofline attributes
     flops: int = 0
     tensor_bytes: int = 0
     comm_type: int = -1
@@ -197,8 +251,9 @@ def _fragment(prog: Program) -> _Fragment:
 class _Template:
     """The nodes of one pipeline stage's trace, shared by all its ranks."""
 
-    def __init__(self, pb):
+    def __init__(self, pb, roof: "Roofline | None" = None):
         self.pb = pb
+        self.roof = roof
         self.nodes: list[_Node] = []
         self._acc_s = 0.0
 
@@ -220,12 +275,13 @@ class _Template:
         last = self.nodes[-1] if self.nodes else None
         if merge and last is not None and last.type == self.pb.COMP_NODE and deps == [last.id]:
             last.duration_us += self._micros(duration_s)
+            last.duration_s += duration_s
             last.flops += int(round(flops))
             last.tensor_bytes += int(round(nbytes))
             last.merged += 1
             return last.id
         return self._new(name=name, type=self.pb.COMP_NODE, deps=deps, duration_us=self._micros(duration_s),
-                         flops=int(round(flops)), tensor_bytes=int(round(nbytes)))
+                         duration_s=duration_s, flops=int(round(flops)), tensor_bytes=int(round(nbytes)))
 
     def collective(self, name: str, op: Op, share: float, group_size: int, deps, ctrl=()) -> int:
         size = op.comm_bytes * share
@@ -260,8 +316,10 @@ class _Template:
                 node.ctrl_deps.extend(n.ctrl)
             attrs = [false_attr]
             if n.type == pb.COMP_NODE:
-                attrs += [pb.AttributeProto(name="num_ops", int64_val=n.flops),
-                          pb.AttributeProto(name="tensor_size", uint64_val=n.tensor_bytes)]
+                num_ops, tensor_size = (self.roof.attributes(n.flops, n.tensor_bytes, n.duration_s)
+                                        if self.roof is not None else (n.flops, n.tensor_bytes))
+                attrs += [pb.AttributeProto(name="num_ops", int64_val=num_ops),
+                          pb.AttributeProto(name="tensor_size", uint64_val=tensor_size)]
             elif n.type == pb.COMM_COLL_NODE:
                 attrs += [pb.AttributeProto(name="comm_type", int64_val=n.comm_type),
                           pb.AttributeProto(name="comm_size", int64_val=n.comm_size)]
@@ -346,9 +404,10 @@ class ChakraExport:
     groups_file: Path
     manifest_file: Path
     seconds: float
+    layout: str = "files"
 
     def to_json(self) -> dict:
-        return {"schema": 1, "directory": str(self.directory), "name": self.name, "ranks": self.ranks,
+        return {"layout": self.layout, "schema": 1, "directory": str(self.directory), "name": self.name, "ranks": self.ranks,
                 "files": self.files, "bytes_written": self.bytes_written, "nodes_per_stage": self.nodes_per_stage,
                 "groups_file": str(self.groups_file), "manifest_file": str(self.manifest_file),
                 "seconds": self.seconds}
@@ -379,8 +438,9 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
         return (mb * v + chunk) * 2 + (0 if ph == "F" else 1)
 
     templates = []
+    roof = Roofline.of(graph)
     for i, sg in enumerate(graph.stages):
-        t = _Template(pb)
+        t = _Template(pb, roof)
         chunks = segments[i]
         dpw = StageDP.of(sg, chunks, plan)
         dp_last: list[int] = []          # the DP stream's last node (FIFO order)
@@ -405,6 +465,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
             for op, j, b in dpw.grad_order(order, v):
                 releases.setdefault((j, b.release), []).append((op, b))
         grad_nodes: list[int] = []
+        deferred: list = []
         for ph, j, k in order:
             segs = chunks[j] if ph == "F" else chunks[j][::-1]
             idxs = list(range(len(segs))) if ph == "F" else list(range(len(segs) - 1, -1, -1))
@@ -430,8 +491,11 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                         pre = seg_exits[q - ahead] if q >= ahead else pass_start
                         entry.append(dp_node(f"{op.name}.{s.label}.mb{k}", op, w / total, pre))
                 ids: list[int] = []
+                waits: dict[int, list[int]] = {}     # TP-overlap wait node -> its dependencies
+                joins: dict[int, list[int]] = {}     # exit wait node -> the collective beside its GEMM
                 for kind, steps, deps, is_entry in fr.nodes:
                     node_deps = [ids[d] for d in deps] + (entry if is_entry else [])
+                    node_deps += [c for d in node_deps for c in joins.get(d, ())]
                     first = prog.steps[steps[0]]
                     label = f"{ph}{k}.{s.label}.{first.op.name}" + (f"+{len(steps) - 1}" if len(steps) > 1 else "")
                     if kind == "comp":
@@ -440,16 +504,36 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                                              sum(prog.steps[x].op.flops * prog.steps[x].fraction for x in steps),
                                              sum(prog.steps[x].op.bytes * prog.steps[x].fraction for x in steps),
                                              node_deps, merge=is_entry and q > 0))
+                    elif first.part == "exposed":
+                        # TP overlap: the chunk the GEMM waits for is a wait on the compute stream, of
+                        # its priced time; the collective itself is written once, whole, beside the GEMM
+                        # (".o"), so ASTRA-sim charges its per-collective latency once and hides it
+                        # exit (a reduce-scatter's last chunk after its GEMM): the wait follows the GEMM
+                        # and what comes next also waits for the collective: max(GEMM + chunk, collective)
+                        beside = [d for d in node_deps if t.nodes[d].type == t.pb.COMM_COLL_NODE
+                                  and t.nodes[d].name.endswith(".o")]
+                        ids.append(t.compute(label + ".x", first.duration_s, 0.0, 0.0,
+                                             [d for d in node_deps if d not in beside]))
+                        waits[ids[-1]] = node_deps
+                        if beside:
+                            joins[ids[-1]] = beside
                     else:
-                        if first.part:
-                            label += ".x" if first.part == "exposed" else ".o"
-                        ids.append(t.collective(label, first.op, first.fraction, sizes[first.op.group], node_deps))
+                        whole = first.part == "overlapped"
+                        if whole:
+                            label += ".o"
+                            # it starts with the wait for its first chunk (enter), not after it
+                            node_deps = [x for d in node_deps for x in waits.get(d, [d])]
+                        ids.append(t.collective(label, first.op, 1.0 if whole else first.fraction,
+                                                sizes[first.op.group], node_deps))
                 frontier = [ids[x] for x in fr.exits]
+                frontier += [c for d in frontier for c in joins.get(d, ()) if c not in frontier]
                 seg_exits.append(frontier)
                 entry = list(frontier)
                 if ph == "B" and k == m - 1:
-                    for op, b in releases.get((j, si), ()):
-                        grad_nodes.append(dp_node(f"{op.name}.c{j}", op, b.share, frontier))
+                    # gradient buckets released in this pass are issued when the pass ends: ASTRA-sim
+                    # runs one collective per rank at a time, so a bucket issued at its release point
+                    # would hold back the pass's remaining TP collectives (see docs/trace.md)
+                    deferred += [(op, b, j) for op, b in releases.get((j, si), ())]
                 for op in dpw.fsdp_ops:
                     if op.collective == "reduce_scatter" and ph == "B":
                         total = sum(segment_weight(x, op.group) for c in chunks for x in c)
@@ -464,6 +548,9 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                             frontier)
                 if not plan.overlap_pp_comm:
                     blocking.append(sid)
+            for op, b, jj in deferred:
+                grad_nodes.append(dp_node(f"{op.name}.c{jj}", op, b.share, frontier))
+            deferred = []
         if not dpw.release:
             for op, j, b in dpw.grad_order(order, v):
                 grad_nodes.append(dp_node(f"{op.name}.c{j}", op, b.share, frontier))
@@ -483,14 +570,112 @@ def _attr(pb, **kw) -> bytes:
     return _ATTR_FIELD + _varint(len(payload)) + payload
 
 
+COMPACT_MAGIC = b"CTETSTAGE1\n"
+COMPACT_THRESHOLD = 4096      # ranks above which ``layout="auto"`` writes the compact layout
+
+
+def _rank_fields(pb, layout: RankLayout, groups: GroupIds, r: int, pg_cache: dict[int, bytes]) -> dict[str, bytes]:
+    """The serialized per-rank attributes of rank r: its group ids and its pipeline peers."""
+    def pg(gid: int) -> bytes:
+        b = pg_cache.get(gid)
+        if b is None:
+            b = pg_cache[gid] = _attr(pb, name="pg_name", string_val=str(gid))
+        return b
+
+    def peers(src: int, dst: int) -> bytes:
+        return _attr(pb, name="comm_src", int32_val=src) + _attr(pb, name="comm_dst", int32_val=dst)
+
+    S, p = layout.stage_stride, layout.pp
+    stage = r // S
+    var = {f"pg:{k}": pg(groups.id(k, r)) for k in groups.kinds}
+    if p > 1:
+        nxt = r + ((stage + 1) % p - stage) * S
+        prv = r + ((stage - 1) % p - stage) * S
+        var["send:fwd"] = peers(r, nxt)
+        var["send:bwd"] = peers(r, prv)
+        var["recv:fwd"] = peers(prv, r)
+        var["recv:bwd"] = peers(nxt, r)
+    return var
+
+
+def _write_ranks(pb, splicers: list["_Splicer"], layout: RankLayout, groups: GroupIds, out: Path, name: str,
+                 ranks, progress: Callable[[int, int], None] | None = None) -> int:
+    pg_cache: dict[int, bytes] = {}
+    total = 0
+    ranks = list(ranks)
+    n = len(ranks)
+    for i, r in enumerate(ranks):
+        data = splicers[r // layout.stage_stride].assemble(_rank_fields(pb, layout, groups, r, pg_cache))
+        path = out / f"{name}.{r}.et"
+        try:
+            with open(path, "wb") as f:
+                f.write(data)
+        except OSError as e:
+            raise DataError("out", f"cannot write {str(path)!r} ({e.strerror or e})",
+                            "check the directory and free space") from None
+        total += data.size
+        if progress is not None and (i % 1024 == 0 or i == n - 1):
+            progress(i + 1, n)
+    return total
+
+
+def _pack_stage(items: list[bytes | tuple[bytes, str]], header: bytes) -> bytes:
+    """A stage template as the compact layout stores it: the magic line, then records of
+    (tag, kind, length, bytes): tag 0 = bytes as they are, 1 = a node missing its per-rank
+    attributes of ``kind``; the first record is the file's GlobalMetadata record."""
+    kinds = sorted({it[1] for it in items if isinstance(it, tuple)})
+    head = json.dumps(kinds).encode()
+    parts = [COMPACT_MAGIC, len(head).to_bytes(4, "little"), head,
+             b"\x00\x00" + len(header).to_bytes(8, "little"), header]
+    for it in items:
+        if isinstance(it, tuple):
+            payload, kind = it
+            parts += [b"\x01" + kinds.index(kind).to_bytes(1, "little") + len(payload).to_bytes(8, "little"), payload]
+        else:
+            parts += [b"\x00\x00" + len(it).to_bytes(8, "little"), it]
+    return b"".join(parts)
+
+
+def _unpack_stage(data: bytes) -> tuple[list[bytes | tuple[bytes, str]], bytes]:
+    if not data.startswith(COMPACT_MAGIC):
+        raise DataError("trace", "not a clustertwin compact stage template", "give the directory `trace` wrote")
+    i = len(COMPACT_MAGIC)
+    hl = int.from_bytes(data[i:i + 4], "little")
+    kinds = json.loads(data[i + 4:i + 4 + hl])
+    i += 4 + hl
+    items: list[bytes | tuple[bytes, str]] = []
+    header = b""
+    first = True
+    while i < len(data):
+        tag, kind = data[i], data[i + 1]
+        size = int.from_bytes(data[i + 2:i + 10], "little")
+        chunk = data[i + 10:i + 10 + size]
+        i += 10 + size
+        if first:
+            header, first = chunk, False
+        elif tag:
+            items.append((chunk, kinds[kind]))
+        else:
+            items.append(chunk)
+    return items, header
+
+
 def write_chakra(graph: WorkloadGraph, out_dir: str | Path, name: str = "workload", pricer: Pricer | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> ChakraExport:
-    """Write ``out_dir/<name>.<rank>.et`` for every rank, the communicator groups
-    (``<name>.groups.json``) and a manifest (``<name>.manifest.json``)."""
+                 progress: Callable[[int, int], None] | None = None, layout: str = "auto",
+                 configs: bool = True) -> ChakraExport:
+    """Write the communicator groups (``<name>.groups.json``), a manifest (``<name>.manifest.json``),
+    ASTRA-sim's network, system and remote-memory files with a README (``configs``), and the traces:
+
+    - ``layout="files"``: ``out_dir/<name>.<rank>.et`` for every rank;
+    - ``layout="compact"``: one template per pipeline stage (``<name>.stage<i>.ctet``); ``expand``
+      writes any ranks' ``<name>.<rank>.et`` from them, byte for byte what ``files`` writes;
+    - ``layout="auto"``: ``files`` up to COMPACT_THRESHOLD ranks, ``compact`` above."""
     t0 = time.perf_counter()
     pb = _pb()
     if not name or any(c in name for c in "/\\") or name.startswith("."):
         raise DataError("name", f"{name!r} is not a file-name prefix", "give a plain name such as 'workload'")
+    if layout not in ("auto", "files", "compact"):
+        raise DataError("layout", f"{layout!r} is not a layout", "give files, compact or auto")
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise DataError("out", f"{str(out)!r} is a file", "give a directory for the per-rank traces")
@@ -502,73 +687,121 @@ def write_chakra(graph: WorkloadGraph, out_dir: str | Path, name: str = "workloa
     if not out.is_dir():
         raise DataError("out", f"{str(out)!r} is not a directory", "give a directory for the per-rank traces")
     plan = graph.plan
-    layout = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep)
+    rl = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep)
+    n = rl.world
+    if layout == "auto":
+        layout = "compact" if n > COMPACT_THRESHOLD else "files"
+    pricer = pricer or Pricer(graph, profile_for(graph.job.cluster.gpu))
     templates = build_templates(graph, pricer)
-    kinds = sorted({n.hole[3:] for t in templates for n in t.nodes if n.hole.startswith("pg:")},
+    kinds = sorted({nd.hole[3:] for t in templates for nd in t.nodes if nd.hole.startswith("pg:")},
                    key=GROUP_KINDS.index)
-    groups = GroupIds(layout, kinds)
+    groups = GroupIds(rl, kinds)
     meta = pb.GlobalMetadata(version=SCHEMA_VERSION)
     meta.attr.extend([pb.AttributeProto(name="producer", string_val="clustertwin"),
                       pb.AttributeProto(name="model", string_val=graph.job.model.name),
                       pb.AttributeProto(name="plan", string_val=plan.short()),
-                      pb.AttributeProto(name="world_size", int64_val=layout.world)])
+                      pb.AttributeProto(name="world_size", int64_val=n)])
     header = _record(meta.SerializeToString())
-    splicers = [_Splicer(t.serialize(), header) for t in templates]
-    pg_cache: dict[int, bytes] = {}
-
-    def pg(gid: int) -> bytes:
-        b = pg_cache.get(gid)
-        if b is None:
-            b = pg_cache[gid] = _attr(pb, name="pg_name", string_val=str(gid))
-        return b
-
-    def peers(src: int, dst: int) -> bytes:
-        return _attr(pb, name="comm_src", int32_val=src) + _attr(pb, name="comm_dst", int32_val=dst)
-
-    S, p = layout.stage_stride, layout.pp
+    items = [t.serialize() for t in templates]
     total_bytes = 0
-    n = layout.world
-    for r in range(n):
-        stage = r // S
-        nxt = r + ((stage + 1) % p - stage) * S
-        prv = r + ((stage - 1) % p - stage) * S
-        var = {f"pg:{k}": pg(groups.id(k, r)) for k in groups.kinds}
-        if p > 1:
-            var["send:fwd"] = peers(r, nxt)
-            var["send:bwd"] = peers(r, prv)
-            var["recv:fwd"] = peers(prv, r)
-            var["recv:bwd"] = peers(nxt, r)
-        data = splicers[stage].assemble(var)
-        path = out / f"{name}.{r}.et"
-        try:
-            with open(path, "wb") as f:
-                f.write(data)
-        except OSError as e:
-            raise DataError("out", f"cannot write {str(path)!r} ({e.strerror or e})",
-                            "check the directory and free space") from None
-        total_bytes += data.size
-        if progress is not None and (r % 1024 == 0 or r == n - 1):
-            progress(r + 1, n)
+    stage_files: list[str] = []
+    if layout == "files":
+        total_bytes = _write_ranks(pb, [_Splicer(it, header) for it in items], rl, groups, out, name, range(n),
+                                   progress)
+        files = n
+    else:
+        for i, it in enumerate(items):
+            fname = f"{name}.stage{i}.ctet"
+            data = _pack_stage(it, header)
+            (out / fname).write_bytes(data)
+            stage_files.append(fname)
+            total_bytes += len(data)
+        files = len(items)
     groups_file = out / f"{name}.groups.json"
-    groups_file.write_text(json.dumps(groups.table()) + "\n", encoding="utf-8")
+    groups_file.write_text(json.dumps(groups.table(), separators=(",", ":")) + "\n", encoding="utf-8")
+    astra_files = {}
+    if configs:
+        from .astra import write_astra_configs
+        astra_files = write_astra_configs(graph, pricer.profile, out, name, compact=layout == "compact")
     manifest = out / f"{name}.manifest.json"
     manifest.write_text(json.dumps({
         "schema": 1,
         "format": "chakra-et",
         "chakra_schema_version": SCHEMA_VERSION,
+        "layout": layout,
         "prefix": name,
         "files": f"{name}.<rank>.et",
+        "stage_templates": stage_files,
         "ranks": n,
         "comm_group_configuration": groups_file.name,
+        "astra_sim": astra_files,
         "model": graph.job.model.name,
         "plan": plan.short(),
         "num_microbatches": graph.num_microbatches,
         "rank_order": ["tp", "cp", "dp", "pp"],
-        "group_sizes": {k: layout.sizes()[k] for k in groups.kinds},
+        "rank_layout": {"tp": rl.tp, "cp": rl.cp, "dp": rl.dp, "pp": rl.pp, "ep": rl.ep},
+        "group_kinds": groups.kinds,
+        "group_sizes": {k: rl.sizes()[k] for k in groups.kinds},
         "nodes_per_stage": [len(t.nodes) for t in templates],
     }, indent=2) + "\n", encoding="utf-8")
-    return ChakraExport(out, name, n, n, total_bytes, [len(t.nodes) for t in templates], groups_file, manifest,
-                        time.perf_counter() - t0)
+    return ChakraExport(out, name, n, files, total_bytes, [len(t.nodes) for t in templates], groups_file, manifest,
+                        time.perf_counter() - t0, layout)
+
+
+def parse_ranks(text: str, world: int) -> list[int]:
+    """Ranks from "0,8,16-23" (ranges inclusive); "all" is every rank."""
+    if text.strip() == "all":
+        return list(range(world))
+    out: list[int] = []
+    for item in text.replace(";", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        try:
+            if "-" in item:
+                a, b = (int(x) for x in item.split("-", 1))
+                out.extend(range(a, b + 1))
+            else:
+                out.append(int(item))
+        except ValueError:
+            raise DataError("ranks", f"{item!r} is not a rank or a range", 'give e.g. "0,8,16-23" or "all"') from None
+    bad = [r for r in out if not 0 <= r < world]
+    if bad or not out:
+        raise DataError("ranks", f"{bad[0] if bad else 'none'} is not a rank of 0..{world - 1}",
+                        'give e.g. "0,8,16-23" or "all"')
+    return out
+
+
+def expand(directory: str | Path, name: str = "workload", ranks: list[int] | None = None,
+           out_dir: str | Path | None = None, progress: Callable[[int, int], None] | None = None) -> tuple[Path, int, int]:
+    """Write ``<name>.<rank>.et`` for ``ranks`` (default: all) from a compact export in ``directory``
+    into ``out_dir`` (default: the same directory), with the groups file and ASTRA-sim configs
+    copied beside them when the output is elsewhere. Returns (directory, files, bytes)."""
+    pb = _pb()
+    src = Path(directory)
+    mpath = src / f"{name}.manifest.json"
+    try:
+        man = json.loads(mpath.read_text(encoding="utf-8"))
+    except OSError:
+        raise DataError("trace", f"no {mpath.name} in {str(src)!r}",
+                        "give the directory and --name that `clustertwin trace --format chakra` wrote") from None
+    if man.get("layout") != "compact":
+        raise DataError("trace", f"{str(src)!r} holds per-rank files already", "nothing to expand")
+    rl = RankLayout(**man["rank_layout"])
+    groups = GroupIds(rl, man["group_kinds"])
+    splicers = []
+    for fname in man["stage_templates"]:
+        items, header = _unpack_stage((src / fname).read_bytes())
+        splicers.append(_Splicer(items, header))
+    out = Path(out_dir) if out_dir is not None else src
+    out.mkdir(parents=True, exist_ok=True)
+    if out.resolve() != src.resolve():
+        import shutil
+        for f in [man["comm_group_configuration"], *man.get("astra_sim", {}).values()]:
+            shutil.copyfile(src / f, out / f)
+    todo = list(range(rl.world)) if ranks is None else ranks
+    nbytes = _write_ranks(pb, splicers, rl, groups, out, name, todo, progress)
+    return out, len(todo), nbytes
 
 
 def read_trace(path: str | Path) -> tuple[object, list]:
@@ -590,5 +823,5 @@ def read_trace(path: str | Path) -> tuple[object, list]:
     return meta, nodes
 
 
-__all__ = ["write_chakra", "build_templates", "read_trace", "ChakraExport", "RankLayout", "GroupIds",
+__all__ = ["write_chakra", "expand", "parse_ranks", "Roofline", "build_templates", "read_trace", "ChakraExport", "RankLayout", "GroupIds",
            "ChakraUnavailable", "SCHEMA_VERSION"]

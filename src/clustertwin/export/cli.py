@@ -62,6 +62,9 @@ def trace(job: JobOptions, profile: Optional[Path],
                                                     help="chakra (per-rank ET files) | perfetto | json"),
           out: Optional[Path] = typer.Option(None, "--out", "-o", help="chakra: a directory; perfetto and json: a file"),
           name: str = typer.Option("workload", "--name", help="chakra: file prefix, DIR/<name>.<rank>.et"),
+          layout: str = typer.Option("auto", "--layout",
+                                     help="chakra: files (one per rank), compact (one template per pipeline "
+                                          "stage; `trace-expand` writes ranks), auto (compact above 4,096 ranks)"),
           ranks: Optional[str] = RanksOpt, detail: Detail = DetailOpt,
           as_json: bool = typer.Option(False, "--json", help="print what was written as JSON")) -> None:
     """Export one iteration: Chakra execution traces per rank, a Perfetto timeline, or the graph as JSON."""
@@ -82,14 +85,19 @@ def trace(job: JobOptions, profile: Optional[Path],
         if prof is not None:
             from ..schedule.step import Pricer
             pricer = Pricer(graph, prof)
-        res = write_chakra(graph, out, name, pricer=pricer)
+        res = write_chakra(graph, out, name, pricer=pricer, layout=layout)
         if as_json:
             _emit(res.to_json())
             return
-        console.print(f"wrote {res.files:,} Chakra traces ({res.bytes_written / 1e6:,.1f} MB) to {res.directory}/"
-                      f"{res.name}.<rank>.et in {res.seconds:.1f} s")
+        if res.layout == "files":
+            console.print(f"wrote {res.files:,} Chakra traces ({res.bytes_written / 1e6:,.1f} MB) to "
+                          f"{res.directory}/{res.name}.<rank>.et in {res.seconds:.1f} s")
+        else:
+            console.print(f"wrote {res.files:,} stage templates for {res.ranks:,} ranks ({res.bytes_written / 1e6:,.1f} MB)"
+                          f" to {res.directory}/{res.name}.stage<i>.ctet in {res.seconds:.1f} s; per-rank files: "
+                          f"clustertwin trace-expand {res.directory} --name {res.name} [--ranks 0-7] [--out DIR]")
         console.print(f"nodes per rank by stage: {', '.join(f'{n:,}' for n in res.nodes_per_stage)}")
-        console.print(f"communicator groups: {res.groups_file}  (ASTRA-sim --comm-group-configuration)")
+        console.print(f"ASTRA-sim: configs and the command in {res.directory}/{res.name}.README.md")
         return
     if fmt == TraceFormat.perfetto:
         from ..sim.replay import simulate
@@ -143,6 +151,27 @@ def sim(job: JobOptions, profile: Optional[Path],
         console.print(f"timeline: {events:,} events in {timeline} (open in https://ui.perfetto.dev)")
 
 
+def trace_expand(directory: Path = typer.Argument(..., help="the directory `trace --format chakra` wrote"),
+                 name: str = typer.Option("workload", "--name", help="the file prefix given to trace"),
+                 ranks: str = typer.Option("all", "--ranks", help='ranks to write, e.g. "0-7,64" [default: all]'),
+                 out: Optional[Path] = typer.Option(None, "--out", "-o", help="where to write [default: DIRECTORY]"),
+                 as_json: bool = typer.Option(False, "--json", help="print what was written as JSON")) -> None:
+    """Write per-rank Chakra traces (<name>.<rank>.et) from a compact export (one template per stage)."""
+    from .chakra import expand, parse_ranks
+    from ..errors import DataError
+    try:
+        world = json.loads((directory / f"{name}.manifest.json").read_text(encoding="utf-8"))["ranks"]
+    except (OSError, ValueError, KeyError):
+        raise DataError("directory", f"no clustertwin Chakra export named {name!r} in {str(directory)!r}",
+                        "give the directory and --name that `clustertwin trace --format chakra` wrote") from None
+    dst, files, nbytes = expand(directory, name, parse_ranks(ranks, world), out)
+    if as_json:
+        _emit({"schema": 1, "directory": str(dst), "files": files, "bytes_written": nbytes})
+        return
+    console.print(f"wrote {files:,} Chakra traces ({nbytes / 1e6:,.1f} MB) to {dst}/{name}.<rank>.et")
+
+
 def register(app: typer.Typer) -> None:
     app.command("trace")(trace)
+    app.command("trace-expand")(trace_expand)
     app.command("sim")(sim)

@@ -54,12 +54,18 @@ class CheckpointConfig(Frozen):
     # Kokolis et al. 2025 run health checks every 5 minutes. Detection 5 min; diagnosis and replacing the
     # node the other 5 min.
     detection_s: float = Field(300.0, ge=0)
+    # ASSUMPTION: stopping the survivors (NCCL abort, process teardown) falls inside MegaScale's detection
+    # window, so it adds nothing by default; give it to price a slow teardown.
+    stop_s: float = Field(0.0, ge=0)
     reschedule_s: float = Field(300.0, ge=0)
     # ASSUMPTION: swapping in an idle, health-checked hot spare takes a minute (no diagnosis wait).
     spare_swap_s: float = Field(60.0, ge=0)
     # MegaScale sec. 3.5 (initialisation): under 30 s on more than 10,000 GPUs after their optimisations
     # (stock Megatron-LM: ~1,047 s on 2,048 GPUs).
     init_s: float = Field(30.0, ge=0)
+    # How initialisation grows with the ranks (recovery.init_time_s): "fixed" keeps init_s at any size (today's
+    # default), "megascale" and "stock-megatron" scale linearly from MegaScale's two measurements.
+    init_scaling: Literal["fixed", "megascale", "stock-megatron"] = "fixed"
     # ASSUMPTION: the first two steps after a restart are lost to warm-up (allocator, NCCL channels).
     warmup_steps: float = Field(2.0, ge=0)
     hot_spares: int = Field(0, ge=0, le=1_000_000, description="idle nodes kept ready to replace a failed one")
@@ -170,16 +176,17 @@ def poisson_cdf_below(k: int, mean: float) -> float:
 
 
 def restart_model(config: CheckpointConfig, costs: CheckpointCosts, step_time_s: float,
-                  replace_rate_per_s: float, total_rate_per_s: float) -> RestartModel:
+                  replace_rate_per_s: float, total_rate_per_s: float,
+                  branches: "tuple[float, float, float] | None" = None) -> RestartModel:
     """Restart time: detection + (rescheduling | spare swap | nothing) + init + load + warm-up.
 
     Hardware failures (``replace_rate_per_s``) need their node replaced: with ``hot_spares`` idle nodes
     and failed nodes back after ``repair_s``, the number under repair is Poisson with mean
     rate x repair time (an M/G/inf queue), so a spare is free with probability P(Poisson < spares)."""
-    common = config.detection_s + config.init_s + costs.load_s + config.warmup_steps * step_time_s
+    common = config.detection_s + config.stop_s + config.init_s + costs.load_s + config.warmup_steps * step_time_s
     share = replace_rate_per_s / total_rate_per_s if total_rate_per_s > 0 else 0.0
     p_spare = poisson_cdf_below(config.hot_spares, replace_rate_per_s * config.repair_s)
-    values = (common, common + config.spare_swap_s, common + config.reschedule_s)
+    values = branches if branches is not None else (common, common + config.spare_swap_s, common + config.reschedule_s)
     probs = (1.0 - share, share * p_spare, share * (1.0 - p_spare))
     planned = config.init_s + costs.load_s + config.warmup_steps * step_time_s
     kept = [(v, p) for v, p in zip(values, probs) if p > 0]

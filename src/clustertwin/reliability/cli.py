@@ -37,8 +37,9 @@ def _parse_rates(items: list[str] | None) -> dict[str, float] | None:
 CheckpointIntervalOpt = typer.Option("auto", "--checkpoint-interval",
                                      help="auto (the goodput-optimal interval) or a duration, e.g. 30min")
 MtbfOpt = typer.Option(None, "--mtbf", help="job MTBF of unplanned failures, e.g. 3h (keeps the model's mix)")
-FailureModelOpt = typer.Option("llama3", "--failure-model",
-                               help="llama3 | kokolis-rsc1 | kokolis-rsc2 | opt-175b | a YAML file")
+FailureModelOpt = typer.Option(None, "--failure-model",
+                               help="llama3 | llama3-16k | kokolis-rsc1 | kokolis-rsc2 | opt-175b | a YAML file "
+                                    "[default llama3]")
 FailureRateOpt = typer.Option(None, "--failure-rate", help="CLASS=RATE per unit-hour, e.g. gpu=1.2e-5 (repeatable)")
 NoPlannedOpt = typer.Option(False, "--no-planned", help="leave out planned interruptions")
 CheckpointModeOpt = typer.Option("sync", "--checkpoint-mode", help="sync | async | in-memory")
@@ -86,6 +87,21 @@ def register(app: typer.Typer) -> None:
                                                                  help="hottest GPU of a node this much slower [default 0.015]"),
                 monte_carlo: int = typer.Option(0, "--monte-carlo", help="also simulate N runs (confidence interval)"),
                 seed: int = typer.Option(0, "--seed", help="random seed of the Monte Carlo runs"),
+                fleet: Optional[str] = typer.Option(None, "--fleet",
+                                                    help="llama3-16k | meta-rsc | meta-rsc2 | opt-175b | a YAML "
+                                                         "file: failure rates by component, fail-slow events"),
+                policy: str = typer.Option("restart", "--policy",
+                                           help="restart | in-memory-checkpoint | hot-spare | elastic-dp | replan | "
+                                                "live-migration, or A+B"),
+                compare_policies: bool = typer.Option(False, "--compare-policies",
+                                                      help="rank every policy (Monte Carlo, 200 runs unless "
+                                                           "--monte-carlo N)"),
+                gpu_hour_price: Optional[float] = typer.Option(None, "--gpu-hour-price",
+                                                               help="USD per GPU-hour: cost, spares included"),
+                init_scaling: Optional[str] = typer.Option(None, "--init-scaling",
+                                                           help="fixed | megascale | stock-megatron [default fixed]"),
+                replace_time: Optional[str] = typer.Option(None, "--replace-time",
+                                                           help="time to get a replacement node, e.g. 5min [default 5min]"),
                 as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
         """Expected time-to-train and goodput of a plan under failures, checkpoints, restarts and stragglers."""
         from ..jobs import job_from_options
@@ -99,18 +115,48 @@ def register(app: typer.Typer) -> None:
         for name, value in (("straggler_cv", straggler_cv), ("thermal_slowdown", thermal_slowdown)):
             if value is not None and not (0.0 <= value <= 0.5):
                 raise SpecError(name, f"{value} is out of range", "give a fraction from 0 to 0.5, e.g. 0.01")
+        from .policies import parse_policy
+        if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and gpu_hour_price > 0):
+            raise SpecError("gpu_hour_price", f"{gpu_hour_price} must be a positive price", "e.g. --gpu-hour-price 2.5")
+        if init_scaling is not None and init_scaling.strip().lower() not in ("fixed", "megascale", "stock-megatron"):
+            raise SpecError("init_scaling", f"unknown {init_scaling!r}", "use fixed, megascale or stock-megatron")
+        if compare_policies and policy.strip().lower() != "restart":
+            raise SpecError("policy", "--policy and --compare-policies together",
+                            "--compare-policies ranks every policy; drop --policy")
+        parse_policy(policy)       # an unknown policy or a bad combination: one line before any pricing
+        if fleet is not None:
+            from .fleets import load_fleet
+            load_fleet(fleet)
         options = goodput_options(failure_model=failure_model, mtbf=mtbf, failure_rate=failure_rate,
                                   no_planned=no_planned, checkpoint_interval=checkpoint_interval,
                                   checkpoint_mode=checkpoint_mode, checkpoint_writers=checkpoint_writers,
                                   storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
                                   hot_spares=hot_spares, no_stragglers=no_stragglers, gpu_speed_cv=straggler_cv,
-                                  thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed)
+                                  thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed,
+                                  fleet=fleet, gpu_hour_price=gpu_hour_price, policy=policy,
+                                  **({"init_scaling": init_scaling.strip().lower()} if init_scaling else {}),
+                                  **({"reschedule_s": replace_time} if replace_time else {}))
         pred = predict_job(job_from_options(job), profile)
         if not pred.fits:   # a time to train for a run that cannot start is a wrong answer, not a pessimistic one
             raise PlanError("plan", f"does not fit: {pred.memory.total_bytes / 2**30:,.1f} GiB of "
                             f"{pred.memory.capacity_bytes / 2**30:,.0f} GiB per GPU (stage {pred.memory.critical_stage})",
                             "choose a plan that fits (recompute, a higher zero stage, more tp or pp; "
                             "`clustertwin search` finds one), then ask for its goodput")
+        options["replanner"] = search_replanner
+        if compare_policies:
+            from ..report.console import print_all
+            from .policies import compare_policies as compare
+            options.pop("monte_carlo_runs")
+            options.pop("policy")
+            results = compare(pred, tokens, runs=monte_carlo or 200, rank_by="cost" if gpu_hour_price else "time",
+                              **options)
+            if as_json:
+                base._emit_json({"schema": 1, "ranked_by": "cost" if gpu_hour_price else "time",
+                                 "runs": monte_carlo or 200, "seed": seed,
+                                 "policies": [r.to_json() for r in results]})
+                return
+            print_all(base.console, policy_tables(pred, results, gpu_hour_price))
+            return
         est = estimate_goodput(pred, tokens, **options)
         if not est.feasible:
             raise SpecError("goodput", f"the run never finishes: failures every {_dur(est.mtbf_s)} against a "
@@ -119,9 +165,113 @@ def register(app: typer.Typer) -> None:
         if as_json:
             base._emit_json(est.to_json())
             return
-        print_all(base.console, goodput_tables(pred, est))
+        print_all(base.console, goodput_tables(pred, est) + recovery_tables(est))
 
 
 def _dur(seconds: float) -> str:
     from ..units import format_duration
     return format_duration(seconds) if math.isfinite(seconds) else "never"
+
+
+def search_replanner(prediction, num_gpus: int):
+    """The fastest plan for ``prediction``'s job (same global batch) on at most ``num_gpus`` GPUs, as
+    ResiHP re-plans around a failed node: (step time, plan text), or None if no plan fits. The search
+    needs a GPU count its dimensions divide, and uniform plans only: tried are ``num_gpus`` and the
+    three largest counts below it with more factors of two; the fastest wins."""
+    job = prediction.job
+    key = (job.model.model_dump_json(), job.cluster.model_dump_json(), num_gpus, job.plan.global_batch, job.seq_len,
+           job.plan.precision, job.framework)
+    if key not in _REPLANS:
+        _REPLANS[key] = _replan(job, num_gpus)
+    return _REPLANS[key]
+
+
+_REPLANS: dict = {}      # one search per job and GPU count in a process (compare-policies prices replan often)
+
+
+def _replan(job, num_gpus: int):
+    from ..errors import ClusterTwinError
+    from ..search import search
+    g = job.cluster.gpus_per_node
+    counts: list[int] = []
+    for k in range(0, 12):
+        n = num_gpus if k == 0 else num_gpus // (g * 2 ** k) * (g * 2 ** k)
+        if n > 0 and n not in counts:
+            counts.append(n)
+    best = None
+    for n in counts[:4]:           # the survivors, then the largest counts below with more factors of two
+        try:
+            r = search(job.model, cluster=job.cluster.with_gpus(n), global_batch=job.plan.global_batch,
+                       seq_len=job.seq_len, precision=job.plan.precision, framework=job.framework, top=1,
+                       pareto_points=1)
+        except ClusterTwinError:
+            continue
+        if r.plans and (best is None or r.plans[0].prediction.step_time_s < best[0]):
+            top = r.plans[0]
+            best = (top.prediction.step_time_s, f"{top.plan.short()} on {n:,} GPUs")
+    return best
+
+
+def recovery_tables(est) -> list:
+    """The policy, its recovery parts and what it holds (for `clustertwin goodput`)."""
+    from ..report.console import Col, Fit
+    from ..units import format_si
+    rec, pol = est.recovery, est.policy
+    if rec is None or pol is None:
+        return []
+    rows = [["policy", pol.name + (f" (fleet {est.fleet})" if est.fleet else "")],
+            ["job MTTF", _dur(est.job_mttf_s)],
+            ["recovery", f"{_dur(est.restart_time_s)} mean: detect {_dur(rec.detection_s)}, init {_dur(rec.init_s)} "
+                         f"({rec.init_scaling}), load {_dur(rec.load_s)} ({rec.load_from}), warm-up {_dur(rec.warmup_s)}"],
+            ["node replaced", f"+{_dur(rec.reschedule_s)} (spare: +{_dur(rec.spare_swap_s)})"]]
+    if pol.spare_gpus:
+        rows.append(["holds", f"{pol.spares} spare nodes ({pol.spare_gpus:,} GPUs)"])
+    if pol.host_memory_bytes_per_node:
+        rows.append(["host memory", f"{format_si(pol.host_memory_bytes_per_node, 'B')} per node (checkpoint copies)"])
+    if pol.degraded_throughput is not None:
+        rows.append(["degraded", f"{pol.degraded_throughput * 100:.1f}% throughput for {_dur(pol.degraded_s)} per "
+                                  f"missing node" + (f" ({pol.replan_source})" if pol.replan_source else "")])
+    rows.append(["GPU-hours", f"{est.gpu_hours:,.0f}" + (f" = ${est.cost_usd:,.0f}" if est.cost_usd is not None else "")])
+    return [Fit([Col("part"), Col("value", flex="wrap")], rows, "policy and recovery", show_header=False)]
+
+
+_SHORT = {"restart": "restart", "in-memory-checkpoint": "in-mem", "hot-spare": "spare", "elastic-dp": "elastic",
+          "replan": "replan", "live-migration": "migrate"}
+
+
+def policy_tables(pred, results, price) -> list:
+    """`goodput --compare-policies`: one row per policy, best first, within 80 columns."""
+    from ..report.console import Col, Fit
+    from ..units import format_si
+    job = pred.job
+    head = (f"{job.model.name} on {job.cluster.num_gpus:,} x {job.cluster.gpu.name} · plan "
+            f"{pred.graph.plan.short()}")
+    rows = []
+    for i, r in enumerate(results, 1):
+        name = "+".join(_SHORT[p] for p in r.policy.split("+"))
+        if r.estimate is None:
+            rows.append([str(i), name, "n/a", "", "", "", "", ""])
+            continue
+        e, mc = r.estimate, r.estimate.monte_carlo
+        gp = f"{mc.goodput_p50 * 100:.1f}%" if mc else f"{e.goodput * 100:.1f}%"
+        spread = f"{mc.goodput_p10 * 100:.1f}-{mc.goodput_p90 * 100:.1f}" if mc else ""
+        cost = (_usd(mc.cost_usd_p50) if price and mc and mc.cost_usd_p50 is not None
+                else _hours(mc.gpu_hours_p50 if mc else e.gpu_hours))
+        mem = format_si(e.policy.host_memory_bytes_per_node, "B") if e.policy.host_memory_bytes_per_node else "-"
+        rows.append([str(i), name, gp, spread, _dur(mc.p50_s if mc else e.expected_time_to_train_s), cost,
+                     f"{e.policy.spare_gpus:,}" if e.policy.spare_gpus else "-", mem])
+    cols = [Col("#", "right"), Col("policy"), Col("goodput", "right"), Col("p10-p90 %", "right", drop=2),
+            Col("time p50", "right"), Col("USD p50" if price else "GPU-h p50", "right"),
+            Col("spare GPUs", "right", drop=1), Col("host mem/node", "right", drop=3)]
+    notes = [f"{r.policy}: {r.error}" for r in results if r.estimate is None]
+    caption = ("in-mem = in-memory-checkpoint, spare = hot-spare, elastic = elastic-dp, migrate = live-migration; "
+               "goodput and time are the Monte Carlo median, p10-p90 its spread" + ("; " + "; ".join(notes) if notes else ""))
+    return [head, Fit(cols, rows, "policies, best first", caption=caption)]
+
+
+def _hours(h: float) -> str:
+    return f"{h / 1e6:,.2f}M" if h >= 1e6 else f"{h:,.0f}"
+
+
+def _usd(x: float) -> str:
+    return f"${x / 1e6:,.2f}M" if x >= 1e6 else f"${x:,.0f}"

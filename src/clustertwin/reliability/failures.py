@@ -44,6 +44,7 @@ COMPONENTS: dict[str, ComponentClass] = {c.name: c for c in (
     ComponentClass("gpu", "gpu", True, "faulty GPU, GPU SRAM, GPU system processor, silent data corruption, "
                                        "GPU thermal interface + sensor"),
     ComponentClass("hbm", "gpu", True, "GPU HBM3 memory"),
+    ComponentClass("sdc", "gpu", True, "silent data corruption, once detected (the GPU is drained)"),
     ComponentClass("software", "gpu", False, "software bugs and dependencies (one per rank)"),
     ComponentClass("nccl_timeout", "gpu", False, "NCCL watchdog timeouts of unknown cause"),
     ComponentClass("network", "nic", False, "network switch or cable (one leaf port and cable per NIC)"),
@@ -242,10 +243,15 @@ def _from_file(path: Path) -> FailureModel:
     data = read_data_file(path, "failure_model")
     if not isinstance(data, dict):
         raise DataError("failure_model", f"{path} must hold a mapping", "see docs/goodput.md for the format")
+    return failure_model_from_mapping(data, path.stem, str(path), path.name)
+
+
+def failure_model_from_mapping(data: dict, default_name: str, default_source: str, where: str = "the file") -> FailureModel:
+    """A failure model from the file format above, already read (a fleet file holds one inline)."""
     allowed = {"name", "source", "base", "scale", "rates_per_unit_hour", "components", "planned_per_node_hour"}
     extra = sorted(set(data) - allowed)
     if extra:
-        raise DataError(f"failure_model.{extra[0]}", f"unknown key in {path.name}", f"use {', '.join(sorted(allowed))}")
+        raise DataError(f"failure_model.{extra[0]}", f"unknown key in {where}", f"use {', '.join(sorted(allowed))}")
     base_name = data.get("base")
     base = load_failure_model(str(base_name)) if base_name not in (None, "", "none") else FailureModel()
     rates = dict(base.rates_per_unit_hour)
@@ -283,7 +289,7 @@ def _from_file(path: Path) -> FailureModel:
         raise DataError("failure_model.planned_per_node_hour", f"{planned!r} must be a non-negative number",
                         "give planned interruptions per node-hour, or 0")
     try:
-        return FailureModel(name=str(data.get("name") or path.stem), source=str(data.get("source") or path),
+        return FailureModel(name=str(data.get("name") or default_name), source=str(data.get("source") or default_source),
                             rates_per_unit_hour=rates, units=units, replaces_node=replaces,
                             planned_per_node_hour=float(planned))
     except ValidationError as e:  # pragma: no cover - every field was checked above

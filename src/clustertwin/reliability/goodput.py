@@ -27,7 +27,7 @@ event by event.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Mapping, Union
 
@@ -38,6 +38,8 @@ from ..errors import SpecError
 from ..specs.model import Frozen
 from ..units import parse_quantity
 from .checkpoint import CheckpointConfig, CheckpointCosts, RestartModel, checkpoint_costs, restart_model
+from .policies import PolicyEffects
+from .recovery import RecoveryParts
 from .failures import FailureModel, load_failure_model
 from .stragglers import StragglerModel, expected_group_slowdown, step_slowdown_from_group
 
@@ -76,6 +78,16 @@ class GoodputOptions(Frozen):
     # Monte Carlo check of the analytic figure
     monte_carlo_runs: int = Field(0, ge=0, le=MAX_MONTE_CARLO_RUNS)
     seed: int = Field(0, ge=0, le=2**63 - 1)
+    # fleets, recovery parts and policies (fleets.py, recovery.py, policies.py)
+    fleet: Union[str, Path, Any, None] = Field(None, description="fleet preset or file; sets the failure model")
+    policy: str = "restart"
+    stop_s: float | None = None
+    init_scaling: Literal["fixed", "megascale", "stock-megatron"] | None = None
+    migration_s: float | None = Field(None, ge=0)
+    replan_s: float | None = Field(None, ge=0)
+    replan_step_time_s: float | None = Field(None, gt=0, description="the degraded plan's step time (replan)")
+    replanner: Any = Field(None, description="callable(prediction, num_gpus) -> (step_time_s, plan text) or None")
+    gpu_hour_price: float | None = Field(None, gt=0)
 
     model_config = Frozen.model_config | {"arbitrary_types_allowed": True}
 
@@ -110,7 +122,15 @@ class GoodputOptions(Frozen):
             raise SpecError(info.field_name, f"{v!r} must be positive", 'e.g. "2TB/s"')
         return x
 
-    @field_validator("detection_s", "reschedule_s", "spare_swap_s", "init_s", "repair_s", mode="before")
+    @field_validator("policy", mode="before")
+    @classmethod
+    def _policy(cls, v):
+        from .policies import parse_policy, policy_name
+        if isinstance(v, str) and v.strip().lower() == "best":
+            return "best"
+        return policy_name(parse_policy(v))
+
+    @field_validator("detection_s", "reschedule_s", "spare_swap_s", "init_s", "repair_s", "stop_s", mode="before")
     @classmethod
     def _dur(cls, v, info):
         if v is None:
@@ -133,12 +153,31 @@ class MonteCarloSummary:
     p95_s: float
     mean_failures: float
     lost_s: dict[str, float]
+    p10_s: float = math.nan
+    p90_s: float = math.nan
+    goodput_p10: float = math.nan           # of a run (p10 of goodput is the slow runs' goodput)
+    goodput_p50: float = math.nan
+    goodput_p90: float = math.nan
+    mean_goodput: float = math.nan
+    gpu_hours_p10: float = math.nan
+    gpu_hours_p50: float = math.nan
+    gpu_hours_p90: float = math.nan
+    cost_usd_p10: float | None = None
+    cost_usd_p50: float | None = None
+    cost_usd_p90: float | None = None
+    spare_misses: float = 0.0               # mean replacements per run that found no spare free
 
     def to_json(self) -> dict[str, Any]:
         return {"runs": self.runs, "seed": self.seed, "mean_time_to_train_s": self.mean_s,
                 "std_time_to_train_s": self.std_s, "ci95_time_to_train_s": list(self.ci95_s),
                 "p5_time_to_train_s": self.p5_s, "p50_time_to_train_s": self.p50_s, "p95_time_to_train_s": self.p95_s,
-                "mean_failures": self.mean_failures, "lost_s": dict(self.lost_s)}
+                "mean_failures": self.mean_failures, "lost_s": dict(self.lost_s),
+                "p10_time_to_train_s": self.p10_s, "p90_time_to_train_s": self.p90_s,
+                "mean_goodput": self.mean_goodput, "goodput_p10": self.goodput_p10, "goodput_p50": self.goodput_p50,
+                "goodput_p90": self.goodput_p90, "gpu_hours_p10": self.gpu_hours_p10,
+                "gpu_hours_p50": self.gpu_hours_p50, "gpu_hours_p90": self.gpu_hours_p90,
+                "cost_usd_p10": self.cost_usd_p10, "cost_usd_p50": self.cost_usd_p50,
+                "cost_usd_p90": self.cost_usd_p90, "spare_misses": self.spare_misses}
 
 
 @dataclass
@@ -176,6 +215,33 @@ class GoodputEstimate:
     fits: bool = True               # the plan fits in GPU memory (a time for one that does not is no answer)
     memory_per_gpu_bytes: float = 0.0
     hbm_bytes: float = 0.0
+    recovery: "RecoveryParts | None" = None
+    policy: "PolicyEffects | None" = None
+    fleet: str | None = None
+    num_gpus: int = 0
+    gpu_hour_price: float | None = None
+    fail_slow_events: float = 0.0
+
+    @property
+    def job_mttf_s(self) -> float:
+        """Mean time to a fail-stop interruption of the job (= mtbf_s)."""
+        return self.mtbf_s
+
+    @property
+    def restart_time_s(self) -> float:
+        """Mean recovery time of an unplanned failure under the policy (the parts: ``recovery``)."""
+        return self.restart.mean_s
+
+    @property
+    def gpu_hours(self) -> float:
+        """GPU-hours held for the expected run: the job's GPUs and the spare ones."""
+        spare = self.policy.spare_gpus if self.policy is not None else 0
+        t = self.expected_time_to_train_s
+        return (self.num_gpus + spare) * t / 3600.0 if math.isfinite(t) else math.inf
+
+    @property
+    def cost_usd(self) -> float | None:
+        return None if self.gpu_hour_price is None else self.gpu_hours * self.gpu_hour_price
 
     @property
     def goodput(self) -> float:
@@ -233,6 +299,16 @@ class GoodputEstimate:
                         "hot_spares": self.hot_spares, "spare_available": self.restart.spare_available},
             "stragglers": {"step_slowdown": self.straggler_slowdown, "group_slowdown": self.straggler_group_slowdown},
         }
+        out["job_mttf_s"] = f(self.job_mttf_s)
+        out["restart_time_s"] = self.restart_time_s
+        if self.recovery is not None:
+            out["recovery"] = self.recovery.to_json()
+        out["fleet"] = self.fleet
+        if self.policy is not None:
+            out["policy"] = self.policy.to_json()
+        out["gpu_hours"] = f(self.gpu_hours)
+        out["cost_usd"] = None if self.cost_usd is None else f(self.cost_usd)
+        out["fail_slow_events"] = self.fail_slow_events
         if self.monte_carlo is not None:
             out["monte_carlo"] = self.monte_carlo.to_json()
         return out
@@ -252,14 +328,32 @@ class RunParams:
     restart_values_s: tuple[float, ...]
     restart_probs: tuple[float, ...]
     planned_restart_s: float
+    planned_cost_s: float | None = None          # per planned interruption; None: C + P + planned restart
+    slow_rate_per_s: float = 0.0                 # fail-slow events
+    slow_cost_s: float = 0.0
+    # the recovery branches (in place, free spare, no spare free) and the spare pool, for the Monte Carlo's
+    # explicit repair events; spares = 0 draws from restart_values_s / restart_probs instead
+    branches_s: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    replace_share: float = 0.0
+    spares: int = 0
+    repair_s: float = 86400.0
+    # degraded running (elastic-dp, replan): the Monte Carlo plays it out; the analytic model prices it as
+    # time inside branch (c)
+    degraded_loss: float = 0.0                   # throughput lost per missing node (0: no degraded mode)
+    degraded_base_s: float = 0.0                 # branch (c) without the degraded time
+    return_delay_s: float = 0.0                  # failure to the replacement's arrival
+    rejoin_s: float = 0.0
 
     @property
     def tau_s(self) -> float:
         return self.interval_steps * self.step_s
 
+    @property
+    def planned_event_s(self) -> float:
+        return self.blocking_s + self.persist_s + self.planned_restart_s if self.planned_cost_s is None else self.planned_cost_s
+
     def with_interval(self, k: int) -> "RunParams":
-        return RunParams(self.work_s, self.step_s, k, self.blocking_s, self.persist_s, self.rate_per_s,
-                         self.planned_rate_per_s, self.restart_values_s, self.restart_probs, self.planned_restart_s)
+        return replace(self, interval_steps=k)
 
 
 @dataclass(frozen=True)
@@ -270,6 +364,8 @@ class AnalyticResult:
     rework_s: float
     failures: float
     planned: float
+    fail_slow_s: float = 0.0
+    slow_events: float = 0.0
 
 
 def expected_time(p: RunParams, k: np.ndarray | int | None = None) -> AnalyticResult | np.ndarray:
@@ -299,17 +395,23 @@ def expected_time(p: RunParams, k: np.ndarray | int | None = None) -> AnalyticRe
         ckpt_u = n_cycles * p.blocking_s
         running = np.maximum(total_u - restart_u, 0.0)
         planned = mu * running
-        planned_down = planned * (p.blocking_s + p.persist_s + p.planned_restart_s)
-        total = total_u + planned_down
+        planned_down = planned * p.planned_event_s
+        slow = p.slow_rate_per_s * running
+        total = total_u + planned_down + slow * p.slow_cost_s
     if vector:
         return np.where(np.isfinite(total), total, np.inf)
     t = float(total[0])
     if not math.isfinite(t):
         return AnalyticResult(math.inf, math.inf, math.inf, math.inf, math.inf, math.inf)
-    ck = float(ckpt_u[0] + planned[0] * (p.blocking_s + p.persist_s))
-    rs = float(restart_u[0] + planned[0] * p.planned_restart_s)
-    rework = t - p.work_s - ck - rs
-    return AnalyticResult(t, ck, rs, max(rework, 0.0), float(lam * total_u[0]), float(planned[0]))
+    if p.planned_cost_s is None:
+        ck = float(ckpt_u[0] + planned[0] * (p.blocking_s + p.persist_s))
+        rs = float(restart_u[0] + planned[0] * p.planned_restart_s)
+    else:
+        ck = float(ckpt_u[0])
+        rs = float(restart_u[0] + planned[0] * p.planned_cost_s)
+    fs = float(slow[0] * p.slow_cost_s)
+    rework = t - p.work_s - ck - rs - fs
+    return AnalyticResult(t, ck, rs, max(rework, 0.0), float(lam * total_u[0]), float(planned[0]), fs, float(slow[0]))
 
 
 def min_interval_steps(p: RunParams) -> int:
@@ -382,12 +484,23 @@ def _options(options: Mapping[str, Any]) -> GoodputOptions:
 
 def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunParams, dict]:
     """Turn a prediction and the options into the run model's parameters (and the pieces behind them)."""
+    from .fleets import FailSlow, load_fleet
+    from .policies import parse_policy, policy_effects, spares_for, uses_spares
+    from .recovery import RecoveryParts, init_time_s
     job = prediction.job
     cluster = job.cluster
     steps = _count_steps(tokens, job.tokens_per_step)
     step = prediction.step_time_s
-    # failures
-    fm: FailureModel = load_failure_model(opts.failure_model)
+    # failures: a fleet sets the failure model (and fail-slow events, and how init scales)
+    fleet = None
+    if opts.fleet is not None:
+        if opts.failure_model is not None:
+            raise SpecError("fleet", "give --fleet or --failure-model, not both",
+                            "a fleet carries its failure model; drop --failure-model")
+        fleet = load_fleet(opts.fleet)
+        fm: FailureModel = fleet.failure_model
+    else:
+        fm = load_failure_model(opts.failure_model)
     if opts.failure_rates:
         fm = fm.with_rates(opts.failure_rates)
     if opts.mtbf_s is not None:
@@ -396,6 +509,7 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
     lam = sum(rates.values())
     replace_rate = sum(r for k, r in rates.items() if fm.replaces(k))
     mu = fm.planned_rate_per_s(cluster) if opts.planned_interruptions else 0.0
+    fail_slow = fleet.fail_slow if fleet is not None else FailSlow()
     # stragglers
     sm = StragglerModel(**{k: getattr(opts, k) for k in StragglerModel.model_fields if getattr(opts, k) is not None})
     if opts.stragglers:
@@ -404,19 +518,46 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
     else:
         group = slow = 0.0
     step_eff = step * (1.0 + slow)
-    # checkpoints and restarts
+    # policy, checkpoints and restarts
+    parts = parse_policy(opts.policy)
     cfg_fields = {k: getattr(opts, k) for k in CheckpointConfig.model_fields
                   if k in GoodputOptions.model_fields and getattr(opts, k) is not None}
-    cfg_fields["mode"] = opts.checkpoint_mode
+    cfg_fields["mode"] = "in-memory" if "in-memory-checkpoint" in parts else opts.checkpoint_mode
     cfg_fields["writers"] = opts.checkpoint_writers
+    if cfg_fields.get("init_scaling") is None and fleet is not None:
+        cfg_fields["init_scaling"] = fleet.init_scaling
     cfg = CheckpointConfig(**cfg_fields)
+    cfg = cfg.model_copy(update={"init_s": init_time_s(cfg.init_scaling, cfg.init_s, cluster.num_gpus)})
+    if uses_spares(parts) and opts.hot_spares is None:
+        cfg = cfg.model_copy(update={"hot_spares": spares_for(replace_rate, cfg.repair_s)})
     costs = checkpoint_costs(prediction, cfg)
-    rm = restart_model(cfg, costs, step_eff, replace_rate, lam)
+    rec = RecoveryParts(detection_s=cfg.detection_s, stop_s=cfg.stop_s, reschedule_s=cfg.reschedule_s,
+                        spare_swap_s=cfg.spare_swap_s, init_s=cfg.init_s, load_s=costs.load_s,
+                        load_from="peer memory" if cfg.mode == "in-memory" else "storage",
+                        warmup_s=cfg.warmup_steps * step_eff, init_scaling=cfg.init_scaling)
+    replan_step, replan_source = opts.replan_step_time_s, ("given" if opts.replan_step_time_s else None)
+    if "replan" in parts and replan_step is None and opts.replanner is not None:
+        got = opts.replanner(prediction, cluster.num_gpus - cluster.gpus_per_node)
+        if got is not None:
+            replan_step, replan_source = float(got[0]), f"search: {got[1]}"
+    spares_held = cfg.hot_spares if (uses_spares(parts) or parts == ("restart",)) else 0
+    eff = policy_effects(parts, prediction=prediction, parts_rec=rec, costs=costs, config=cfg, spares=spares_held,
+                         fail_slow=fail_slow, step_s=step_eff, replan_step_time_s=replan_step,
+                         replan_source=replan_source,
+                         **{k: getattr(opts, k) for k in ("migration_s", "replan_s") if getattr(opts, k) is not None})
+    cfg_used = cfg.model_copy(update={"hot_spares": eff.spares})
+    rm = restart_model(cfg_used, costs, step_eff, replace_rate, lam, branches=eff.branches_s)
     params = RunParams(work_s=steps * step_eff, step_s=step_eff, interval_steps=1, blocking_s=costs.blocking_s,
                        persist_s=costs.persist_s, rate_per_s=lam, planned_rate_per_s=mu,
-                       restart_values_s=rm.values_s, restart_probs=rm.probs, planned_restart_s=rm.planned_s)
+                       restart_values_s=rm.values_s, restart_probs=rm.probs, planned_restart_s=rm.planned_s,
+                       planned_cost_s=eff.planned_cost_s,
+                       slow_rate_per_s=fail_slow.job_rate_per_s(cluster.num_nodes), slow_cost_s=eff.slow_cost_s,
+                       branches_s=eff.branches_s, replace_share=rm.replace_share, spares=eff.spares,
+                       repair_s=cfg.repair_s,
+                       degraded_loss=0.0 if eff.degraded_throughput is None else 1.0 - eff.degraded_throughput,
+                       degraded_base_s=eff.degraded_base_s, return_delay_s=eff.return_delay_s, rejoin_s=eff.rejoin_s)
     extra = dict(steps=steps, failure_model=fm, rates=rates, straggler_model=sm, group=group, slow=slow,
-                 config=cfg, costs=costs, restart=rm)
+                 config=cfg_used, costs=costs, restart=rm, recovery=rec, policy=eff, fleet=fleet, fail_slow=fail_slow)
     return params, extra
 
 
@@ -431,6 +572,8 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     and ``seed``. Bad input raises a ClusterTwinError subclass with a one-line message.
     """
     opts = _options(options)
+    if opts.policy == "best":
+        return _best_policy(prediction, tokens, options)
     if tokens is None:
         tokens = prediction.job.tokens
         if tokens is None:
@@ -459,9 +602,11 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     ideal = steps * prediction.step_time_s
     lost = {"checkpointing": res.checkpointing_s, "rework": res.rework_s, "restart": res.restart_s,
             "stragglers": params.work_s - ideal}
+    if params.slow_rate_per_s > 0:
+        lost["fail_slow"] = res.fail_slow_s
     if math.isfinite(res.total_s):
         # the parts sum to expected - ideal (rework absorbs rounding; it is >= 0 mathematically)
-        lost["rework"] = max(0.0, res.total_s - ideal - lost["checkpointing"] - lost["restart"] - lost["stragglers"])
+        lost["rework"] = max(0.0, res.total_s - ideal - sum(v for k, v in lost.items() if k != "rework"))
     mtbf = 1.0 / params.rate_per_s if params.rate_per_s > 0 else math.inf
     young = young_interval_s(costs.blocking_s, mtbf)
     daly = daly_interval_s(costs.blocking_s, mtbf)
@@ -479,13 +624,36 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
         young_interval_s=young, daly_interval_s=daly, goodput_at_young=g_young, interval_source=source,
         failure_model=x["failure_model"].name, hot_spares=x["config"].hot_spares, params=params,
         fits=bool(prediction.fits), memory_per_gpu_bytes=float(prediction.memory.total_bytes),
-        hbm_bytes=float(prediction.memory.capacity_bytes))
+        hbm_bytes=float(prediction.memory.capacity_bytes), recovery=x["recovery"], policy=x["policy"],
+        fleet=None if x["fleet"] is None else x["fleet"].name, num_gpus=prediction.job.cluster.num_gpus,
+        gpu_hour_price=opts.gpu_hour_price, fail_slow_events=res.slow_events)
     if opts.monte_carlo_runs:
         from .montecarlo import simulate
-        est.monte_carlo = simulate(params, runs=opts.monte_carlo_runs, seed=opts.seed, ideal_s=ideal)
+        est.monte_carlo = simulate(params, runs=opts.monte_carlo_runs, seed=opts.seed, ideal_s=ideal,
+                                   held_gpus=est.num_gpus + x["policy"].spare_gpus, gpu_hour_price=opts.gpu_hour_price)
     return est
 
 
 def _fmt(seconds: float) -> str:
     from ..units import format_duration
     return format_duration(seconds)
+
+
+def _best_policy(prediction, tokens, options: Mapping[str, Any]) -> GoodputEstimate:
+    """``policy="best"``: every policy of ``policies.COMPARED`` priced (analytic), the shortest expected
+    time to train returned (its ``policy`` names the winner). What ``search --objective goodput --policy
+    best`` ranks plans by, so plan and policy are chosen together."""
+    from ..errors import ClusterTwinError
+    from .policies import COMPARED
+    best: GoodputEstimate | None = None
+    for name in COMPARED:
+        try:
+            est = estimate_goodput(prediction, tokens, **{**options, "policy": name})
+        except ClusterTwinError as e:
+            if e.field != "policy":
+                raise
+            continue
+        if best is None or est.expected_time_to_train_s < best.expected_time_to_train_s:
+            best = est
+    assert best is not None   # restart always applies
+    return best

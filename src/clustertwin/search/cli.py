@@ -48,6 +48,9 @@ def register(app: typer.Typer) -> None:
                                                            help="USD per GPU-hour (needed by --objective cost)"),
             pareto_points: int = typer.Option(3, "--pareto-points",
                                               help="GPU counts in the Pareto view: N, N/2, ... (1: none)"),
+            policy: Optional[str] = typer.Option(None, "--policy",
+                                                 help="resilience policy the goodput objective prices (goodput "
+                                                      "--policy), or best: plan and policy chosen together"),
             as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)"),
             quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar (it shows on stderr, "
                                                                    "and only on a terminal)")) -> None:
@@ -58,10 +61,19 @@ def register(app: typer.Typer) -> None:
         from ..report.console import print_all, search_tables
         from .tuner import search
         inputs = search_inputs(job)
+        goodput_options = None
+        if policy is not None:
+            from ..errors import SpecError
+            if objective != "goodput":
+                raise SpecError("policy", "--policy prices the goodput objective", "add --objective goodput")
+            if policy.strip().lower() != "best":
+                from ..reliability.policies import parse_policy
+                parse_policy(policy)       # an unknown policy: one line before any pricing
+            goodput_options = {"policy": policy}
         with progress_bar("pricing plans", quiet=quiet) as update:
             r = search(inputs.model, **inputs.search_kwargs(fix), max_memory_fraction=max_memory_fraction, top=top,
                        objective=objective, tokens=parse_tokens(tokens), gpu_hour_price=gpu_hour_price,
-                       pareto_points=pareto_points, progress=update)
+                       pareto_points=pareto_points, progress=update, goodput_options=goodput_options)
         if as_json:
             sys.stdout.write(json.dumps(r.to_json(), indent=2, default=float) + "\n")
             return

@@ -44,6 +44,7 @@ class RankedPlan:
     goodput: float | None = None
     ideal_time_to_train_s: float | None = None     # steps x step time (with --tokens)
     expected_time_to_train_s: float | None = None  # with failures, checkpoints, restarts (cost, goodput)
+    policy: str | None = None                      # the resilience policy priced (goodput_options["policy"])
 
     @property
     def num_gpus(self) -> int:
@@ -86,7 +87,8 @@ class RankedPlan:
             "tokens_per_s": p.tokens_per_s, "memory_per_gpu_bytes": mem, "hbm_bytes": float(p.memory.capacity_bytes),
             "breakdown_s": dict(p.breakdown_s), "bottleneck": self.bottleneck,
         }
-        for k in ("cost_usd", "time_to_train_s", "goodput", "ideal_time_to_train_s", "expected_time_to_train_s"):
+        for k in ("cost_usd", "time_to_train_s", "goodput", "ideal_time_to_train_s", "expected_time_to_train_s",
+                  "policy"):
             if getattr(self, k) is not None:
                 d[k] = getattr(self, k)
         return d
@@ -424,6 +426,7 @@ def _rank(space: SearchSpace, candidates: list[Candidate], estimate_goodput, tok
                 est = estimate_goodput(pred, tokens, **(options or {}))
                 rp.time_to_train_s, rp.goodput = est.expected_time_to_train_s, est.goodput
                 rp.expected_time_to_train_s = est.expected_time_to_train_s
+                rp.policy = getattr(getattr(est, "policy", None), "name", None)
             else:
                 rp.time_to_train_s = rp.ideal_time_to_train_s
         if price is not None:
