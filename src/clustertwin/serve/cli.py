@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ..cli_options import ClusterOpt, GpnOpt, GpuOpt, ModelOpt, NumGpusOpt
+from ..cli_options import ClusterOpt, GpnOpt, GpuOpt, ModelOpt
 from ..progress import progress_bar
 
 console = Console()
@@ -137,7 +137,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("serve")
     def serve_cmd(
-            model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_gpus: Optional[int] = NumGpusOpt,
+            model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt,
+            num_gpus: Optional[int] = typer.Option(None, "--num-gpus", "-n", help="GPUs serving [default: tp x pp x "
+                                                   "dp of --plan; 1 without a plan]"),
             gpus_per_node: Optional[int] = GpnOpt, cluster: Optional[str] = ClusterOpt,
             plan: Optional[str] = typer.Option(None, "--plan", "-p", help=SERVE_PLAN_HELP),
             engine: str = typer.Option("vllm", "--engine", help="vllm | sglang | trtllm"),
