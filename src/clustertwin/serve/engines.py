@@ -92,7 +92,7 @@ ENGINES: dict[str, EngineProfile] = {
             "free_gpu_memory_fraction 0.9 of the memory free after weights and buffers: same page and "
             "nvidia.github.io/TensorRT-LLM/examples/kvcacheconfig.html",
             "max_batch_size 2048, max_num_tokens 8192: the engine's BuildConfig / LLM API defaults "
-            "(tensorrt_llm builder.py; recalled, not re-checked); trtllm-serve lowers the batch to 256 (trtllm-serve "
+            "(NVIDIA/TensorRT-LLM tensorrt_llm/builder.py, BuildConfig, checked at commit 008b2b8d); trtllm-serve lowers the batch to 256 (trtllm-serve "
             "docs): give --max-num-seqs 256 to model trtllm-serve",
             "enable_chunked_context: assumed on (trtllm-serve pytorch backend)",
             "admission reserves the whole output: the default capacity scheduler policy GUARANTEED_NO_EVICT admits a "
