@@ -31,7 +31,8 @@ from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
-from ..parallel.rules import Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible
+from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible,
+                              tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan
@@ -99,16 +100,19 @@ class PlanSet:
     def sp_domain(self, tp: int) -> tuple[bool, ...]:
         return (self.fixed["sp"],) if "sp" in self.fixed else ((False, True) if tp > 1 else (False,))
 
-    def overlap_tp_domain(self, tp: int) -> tuple[bool, ...]:
-        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp)))
+    def overlap_tp_domain(self, tp: int, sp: bool = True) -> tuple[bool, ...]:
+        """TP overlap's values under sequence parallelism ``sp``: held fixed, or (False, True) where it
+        matters; without sp only False (``tp_overlap_sp``), and a fixed True there is refused by
+        that rule (``SearchSpace.option_refusals``)."""
+        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp, sp)))
 
     def overlap_pp_domain(self, pp: int) -> tuple[bool, ...]:
         return self._flag("overlap_pp_comm", pp > 1)
 
-    def tp_overlap_matters(self, tp):
-        """Whether overlap_tp_comm changes anything (ints or arrays): with TP, and the TP group in
-        one NVLink domain (``tp_overlap_possible``)."""
-        return (tp > 1) & tp_overlap_possible(tp, self.cluster.gpus_per_node)
+    def tp_overlap_matters(self, tp, sp=True):
+        """Whether overlap_tp_comm changes anything (ints or arrays): with TP, the TP group in one
+        NVLink domain and sequence parallelism on (``tp_overlap_possible``)."""
+        return (tp > 1) & tp_overlap_possible(tp, self.cluster.gpus_per_node, sp)
 
     def dp_overlap_matters(self, dp_cp, zero, pp):
         """Whether overlap_dp_comm changes anything (ints or arrays): with a DP group, for ZeRO 0-2, and
@@ -140,8 +144,8 @@ class PlanSet:
         """Candidates a structure stands for: its sp x recompute x ZeRO x overlap options."""
         zero_overlaps = sum(len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
                             for z in self.zero_domain(dp_cp))
-        return (len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_tp_domain(tp))
-                * len(self.overlap_pp_domain(pp)) * zero_overlaps)
+        tp_overlaps = sum(len(self.overlap_tp_domain(tp, sp)) for sp in self.sp_domain(tp))
+        return len(self.recompute_domain) * tp_overlaps * len(self.overlap_pp_domain(pp)) * zero_overlaps
 
     # ---- the same domains for arrays of structures (the pricer's rows) ------------------------
     @cached_property
@@ -155,20 +159,25 @@ class PlanSet:
         framework that runs every plan."""
         return () if self.facts.can == Capabilities() else rules_at("options")
 
-    def flag_allows(self, name: str, value: bool, matters: np.ndarray) -> np.ndarray:
+    def flag_allows(self, name: str, value: bool, matters: np.ndarray, refused: np.ndarray | None = None) -> np.ndarray:
         """Rows whose domain of the overlap flag ``name`` holds ``value`` (``matters``: rows where it
-        does something) and whose framework can run it (TP overlap: ``framework_tp_overlap``)."""
+        does something) and whose framework can run it (TP overlap: ``framework_tp_overlap``).
+        ``refused``: rows where ``value`` True breaks a rule even when held fixed (TP overlap with
+        tp > 1 and no sequence parallelism: ``tp_overlap_sp``)."""
         if name in self.fixed:
             allows = np.full(matters.shape, self.fixed[name] == value)
         else:
             allows = matters.copy() if value else np.ones(matters.shape, dtype=bool)
         if name == "overlap_tp_comm" and value and not self.facts.can.tp_overlap:
             allows &= ~matters     # where it matters tp > 1, and the framework cannot overlap TP
+        if value and refused is not None:
+            allows &= ~refused
         return allows
 
-    def flag_count(self, name: str, matters: np.ndarray) -> np.ndarray:
+    def flag_count(self, name: str, matters: np.ndarray, refused: np.ndarray | None = None) -> np.ndarray:
         """Values of the overlap flag ``name`` each row may take (see ``flag_allows``)."""
-        return self.flag_allows(name, False, matters).astype(int) + self.flag_allows(name, True, matters)
+        return (self.flag_allows(name, False, matters, refused).astype(int)
+                + self.flag_allows(name, True, matters, refused))
 
     def zero_allows(self, zero: int, dp_cp: np.ndarray, *, tp=1, pp=1, cp=1) -> np.ndarray:
         """Rows (structures of sizes tp, pp, cp, dp*cp: ints or arrays) whose ZeRO domain holds
@@ -178,7 +187,7 @@ class PlanSet:
         else:
             allows = np.full(dp_cp.shape, True) if zero in (0, 3) else dp_cp > 1
         for r in self.option_rules:
-            if r.name == "framework_tp_overlap":
+            if r.name in ("framework_tp_overlap", "tp_overlap_sp"):
                 continue
             allows &= ~np.broadcast_to(np.asarray(r.broken(self.facts, PlanFacts(
                 tp, pp=pp, cp=cp, dp=dp_cp // cp, zero_stage=zero)), dtype=bool), dp_cp.shape)
@@ -502,7 +511,11 @@ class _Layout:
         self.logits = np.array([ctxs[c].tokens * -(-model.vocab_size // ctxs[c].tp) for c in ctx_rows], dtype=float)
         self.emb_rows = np.array([ctxs[c].norm_rows * ctxs[c].hidden * ctxs[c].act_bytes for c in ctx_rows],
                                  dtype=float)
-        self.tp_many = plans.tp_overlap_matters(self.tp)
+        # per row of (structure, sp): where TP overlap changes something, and where a fixed TP overlap
+        # is refused (tp > 1 without sp: rule tp_overlap_sp)
+        tp_rows, sp_arr = self.tp[self.s_rows], np.array(sp_rows, dtype=bool)
+        self.otp_matters = plans.tp_overlap_matters(tp_rows, sp_arr)
+        self.otp_refused = np.asarray(tp_overlap_without_sp(PlanFacts(tp_rows, overlap_tp=True, sp=sp_arr)), dtype=bool)
         self.mem_total: dict[tuple[int, int], np.ndarray] = {}
         self.mem_classes: dict[tuple[int, int], list[dict]] = {}
 
@@ -511,7 +524,7 @@ class _Layout:
         pr, plans, model = self.pr, self.pr.plans, self.pr.model
         sr = self.s_rows
         dp_cp_m, m_m = self.dp_cp[sr], self.m[sr]
-        n_otp = plans.flag_count("overlap_tp_comm", self.tp_many)
+        n_otp = plans.flag_count("overlap_tp_comm", self.otp_matters, self.otp_refused)    # per row
         n_opp = len(plans.overlap_pp_domain(self.pp))
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
@@ -545,7 +558,7 @@ class _Layout:
                 ok = (worst <= plans.memory_limit_bytes) & in_domain
                 n_opg = plans.flag_count("overlap_param_gather", (self.dp_cp > 1) & (z > 0))
                 n_odp = plans.flag_count("overlap_dp_comm", plans.dp_overlap_matters(self.dp_cp, z, self.pp))
-                n_opt = (n_otp * n_odp * n_opg * n_opp)[sr]
+                n_opt = n_otp * (n_odp * n_opg)[sr] * n_opp
                 feasible += int(n_opt[ok].sum())
                 pruned += int(n_opt[in_domain & ~ok].sum())
                 if ok.any():
@@ -562,7 +575,7 @@ class _Layout:
         parts = []
         for (r, z), ok in fits.items():
             for otp in (False, True):
-                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.tp_many)[self.s_rows])
+                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.otp_matters, self.otp_refused))
                 if sel.size:
                     parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
                                            np.full(sel.size, int(otp))], axis=1))
