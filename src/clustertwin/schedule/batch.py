@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..arith import Num
+from ..arith import Num, logical_and, where
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
@@ -589,7 +589,7 @@ class _Layout:
 
         base_classes = self._stage_times(rows)
         pp_s = self._pipeline_sends(mrow)
-        sync, gather, opt, fsdp, nic_shared = self._data_parallel(srow, z_col)
+        sync, gather, opt, fsdp, nic_shared, cp_shares_link = self._data_parallel(srow, z_col)
 
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
@@ -607,18 +607,25 @@ class _Layout:
                      & plans.flag_allows("overlap_param_gather", opg, (dp_cp_r > 1) & (z_col > 0)))
             if not valid.any():
                 continue
-            stage_times = []
-            for k, base in enumerate(base_classes):
-                st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
-                               tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
-                               pp_s=pp_s, dp_sync_s=sync[k], param_gather_s=gather[k], optimizer_s=opt[k],
-                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s,
-                               pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
-                ag, rs, units = fsdp[k]
-                st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
-                                         st.cp_hidden_fwd_s, st.cp_hidden_bwd_s)
-                stage_times.append(st)
             for opp in plans.overlap_pp_domain(pp):
+                # overlapped pipeline sends crossing nodes share the NICs with the FSDP traffic of the
+                # same micro-batch: the forward's activation sends its forward, the gradients its backward
+                pp_nic = where(logical_and(opp, nic_shared), pp_s / 2, 0.0) if pp > 1 else 0.0
+                stage_times = []
+                for k, base in enumerate(base_classes):
+                    # the CP ring takes the link the DP/FSDP traffic needs only when both cross nodes
+                    # (NICs) or both stay inside one (NVLink); otherwise both hide behind the attention
+                    st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
+                                   tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s,
+                                   moe_imbalance_s=base.moe_imbalance_s, pp_s=pp_s, dp_sync_s=sync[k],
+                                   param_gather_s=gather[k], optimizer_s=opt[k],
+                                   cp_hidden_fwd_s=base.cp_hidden_fwd_s * cp_shares_link,
+                                   cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
+                                   pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
+                    ag, rs, units = fsdp[k]
+                    st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
+                                             st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic)
+                    stage_times.append(st)
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
                                                opg)
                 step = sum(breakdown.values())
@@ -678,8 +685,9 @@ class _Layout:
     def _data_parallel(self, srow: np.ndarray, z_col: np.ndarray):
         """Per stage class: gradient reduction, parameter gathers (once per step), FSDP traffic per
         micro-batch ((all-gather of one pass, reduce-scatter, units)), and the optimizer step (they
-        depend on the structure and the ZeRO stage); and per row whether the DP group's NICs carry
-        the pipeline's sends too (both groups cross nodes).
+        depend on the structure and the ZeRO stage); per row whether the DP group's NICs carry
+        the pipeline's sends too (both groups cross nodes), and whether the CP ring runs on the DP
+        group's links (1.0: both cross nodes or neither does; 0.0: one on NVLink, one on the NICs).
 
         FSDP/ZeRO-3 collectives run per unit (a layer; the embedding and head together one more):
         each is priced as units collectives of 1/units of the stage's parameters, so their latency
@@ -695,9 +703,14 @@ class _Layout:
         fsdp_ag, fsdp_rs = ([np.zeros(n) for _ in k_range] for _ in range(2))
         units = [cls.n_dense + cls.n_moe + int(cls.is_first or cls.is_last) for cls in self.classes]
         nic_shared: Any = False
+        dp_cross = np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1
         if self.pp > 1:
             p2p_nodes = place_group(2, plans.num_gpus // self.pp, G).nodes
-            nic_shared = (np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1) & (p2p_nodes > 1)
+            nic_shared = dp_cross & (p2p_nodes > 1)
+        # the CP group (stride tp, Megatron rank order) shares the DP group's links when both cross
+        # nodes or neither does
+        cp_cross = np.array([place_group(int(c), int(t), G).nodes > 1 for c, t in zip(self.cp, self.tp)])[srow]
+        cp_shares_link = (cp_cross == dp_cross).astype(float)
         for z in (0, 1, 2, 3):
             sel = z_col == z
             if not sel.any():
@@ -730,7 +743,7 @@ class _Layout:
                 fsdp_rs[k][sel] = acc["fsdp_rs"]
                 opt[k][sel] = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
         fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k]) for k in k_range]
-        return sync, gather, opt, fsdp, nic_shared
+        return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
 
 def _shape_key(plans: PlanSet) -> tuple:
