@@ -41,7 +41,7 @@ from ..workload.graph import (StageParams, dp_collectives, layer_context, optimi
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
 from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
-from .step import (Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
+from .step import (OVERLAP_SLOWDOWN, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
                    exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -666,6 +666,8 @@ class _Layout:
             st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))
             st.cp_hidden_bwd_s = (hidden_cp(total("cp_bwd"), total("attn_bwd"))
                                   + hidden_cp(total("cp_rc"), total("attn_rc")))
+            # the ring's NCCL send/recv slow the attention they hide behind (schedule.overlap_compute_slowdown)
+            st.cp_s = st.cp_s + OVERLAP_SLOWDOWN * (st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
             st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
