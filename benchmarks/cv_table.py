@@ -69,6 +69,16 @@ def markdown(cv: CrossValidation) -> str:
     rep = cv.report
     out.append(f"| **all** | {len(rep.rows)} | {_pct(cv.default.mape)} | {_pct(rep.mape)} | "
                f"{_pct(rep.max_abs_error)} | {sum(1 for r in rep.ok_rows if abs(r.error) > 0.25)} |")
+    mem = [r for rows in per_file.values() for r in rows if r.metric == "peak_memory_bytes" and r.error is not None]
+    if mem:
+        errs = [abs(r.error) for r in mem]
+        over = sum(1 for r in mem if r.error > 0)
+        out += ["", f"Peak memory ({len(mem)} rows with `peak_memory_bytes`, torchtitan's): MAPE "
+                    f"{_pct(sum(errs) / len(errs))} out of sample, max |error| {_pct(max(errs))}, "
+                    f"{sum(e <= 0.08 for e in errs)} of {len(mem)} within 8%, {over} predicted above the "
+                    "measurement. No memory figure is fitted (`calibrate --from-runs` fits step-time "
+                    "parameters only and the memory constants are assumed), so in and out of sample are the "
+                    "same; these rows count in the MAPEs above too."]
     out += ["", "Per held-out source (the text of `source` before its first comma, parenthesis or colon):", "",
             "| held-out source | data set | rows | fitted on | MAPE uncalibrated | MAPE out of sample |",
             "|---|---|---:|---:|---:|---:|"]

@@ -71,6 +71,8 @@ CASES: dict[str, tuple[JobFacts, list[tuple[PlanFacts, bool]]]] = {
     "tp_nodes": (J, [(PlanFacts(8), False), (PlanFacts(16), False), (PlanFacts(3), True), (PlanFacts(12), True)]),
     "tp_overlap_nodes": (J, [(PlanFacts(8, overlap_tp=True), False), (PlanFacts(16, overlap_tp=True), True),
                              (PlanFacts(16), False)]),
+    "tp_overlap_sp": (J, [(PlanFacts(8, overlap_tp=True, sp=True), False), (PlanFacts(8, overlap_tp=True), True),
+                          (PlanFacts(1, overlap_tp=True), False), (PlanFacts(8, sp=False), False)]),
     "vpp_without_pp": (J, [(PlanFacts(1, vpp=2), True), (PlanFacts(1, pp=2, vpp=2), False), (PlanFacts(1), False)]),
     "layer_split": (J, [(PlanFacts(1, pp=8, vpp=4), False), (PlanFacts(1, pp=8, vpp=8), True),
                         (PlanFacts(1, pp=33), True)]),
@@ -185,20 +187,21 @@ def _candidates(sp):
         dp_cp = dp * cp
         structural = (sp.tp_reason(tp) or sp.layout_reason(pp, vpp, cp) or sp.ep_reason(ep, dp_cp, tp)
                       or sp.batch_reason(dp, mb, pp, vpp) or sp.framework_reason(tp, vpp, cp, ep))
-        for spf, rc, otp, opp, z in itertools.product(sp.sp_domain(tp), sp.recompute_domain, sp.overlap_tp_domain(tp),
-                                                      sp.overlap_pp_domain(pp), sp.zero_domain(dp_cp)):
-            for opg, odp in itertools.product(sp.overlap_param_gather_domain(dp_cp, z),
+        for spf, rc, opp, z in itertools.product(sp.sp_domain(tp), sp.recompute_domain, sp.overlap_pp_domain(pp),
+                                                 sp.zero_domain(dp_cp)):
+            for otp, opg, odp in itertools.product(sp.overlap_tp_domain(tp, spf), sp.overlap_param_gather_domain(dp_cp, z),
                                               sp.overlap_dp_domain(dp_cp, z, pp)):
                 plan = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, dp=dp, ep=ep, micro_batch=mb, sp=spf, recompute=rc,
                             overlap_tp_comm=otp, overlap_pp_comm=opp, zero_stage=z, overlap_param_gather=opg,
                             overlap_dp_comm=odp, global_batch=sp.global_batch)
-                yield plan, structural or sp.option_reason(tp, pp, cp, dp, z, otp)
+                yield plan, structural or sp.option_reason(tp, pp, cp, dp, z, otp, spf)
 
 
 @pytest.mark.parametrize("model,framework,fix", [
     (TINY, "megatron", None), (TINY, "deepspeed", None), (TINY, "torchtitan", None),
     (TINY, "pytorch-eager", "overlap_tp_comm=1"), ("mixtral-8x7b", "torchtitan", "etp=2,recompute=full,sp=1"),
-    ("mixtral-8x7b", "pytorch-eager", "recompute=full,sp=1"),
+    ("mixtral-8x7b", "pytorch-eager", "recompute=full,sp=1"), (TINY, "megatron", "overlap_tp_comm=1"),
+    (TINY, "megatron", "overlap_tp_comm=1,sp=0"),
 ])
 def test_search_pruning_and_check_plan_name_the_same_rule(model, framework, fix) -> None:
     m = load_model(model) if isinstance(model, str) else model
@@ -275,3 +278,25 @@ def test_docs_show_the_rule_and_capability_tables() -> None:
     assert capabilities_markdown() in text
     for name in FRAMEWORK_PROFILES:
         assert get_framework(name).capabilities is FRAMEWORK_PROFILES[name].capabilities
+
+
+def test_tp_overlap_needs_sequence_parallelism(capsys) -> None:
+    """Megatron-LM asserts tp_comm_overlap => sequence_parallel (arguments.py, validate_args): asking for it
+    without sp is one line and exit 2; without asking, a plan without sp runs with no TP overlap; the search
+    prunes it by name when overlap is held on."""
+    from clustertwin.specs import parse_plan
+    from clustertwin.workload.graph import build_graph
+    m, c = load_model("llama3-8b"), cluster_for_gpu("h100-sxm", 8)
+    with pytest.raises(RuleBroken) as err:
+        make_job(m, c, parse_plan("tp=8,sp=0,overlap_tp_comm=1", global_batch=16), 4096, "megatron")
+    assert err.value.rule == "tp_overlap_sp" and "sp=1" in err.value.fix
+    code = main(["predict", "--gpu", "h100-sxm", "-n", "8", "-m", "llama3-8b", "--plan", "tp=8,sp=0,overlap_tp_comm=1",
+                 "--global-batch", "16", "--seq-len", "4096"])
+    out = capsys.readouterr()
+    assert code == 2 and out.err.count("\n") == 1 and out.err.startswith("error: plan.overlap_tp_comm")
+    no_sp = build_graph(make_job(m, c, parse_plan("tp=8,sp=0", global_batch=16), 4096, "megatron-core@2024"))
+    with_sp = build_graph(make_job(m, c, parse_plan("tp=8,sp=1", global_batch=16), 4096, "megatron-core@2024"))
+    assert no_sp.plan.overlap_tp_comm is False and with_sp.plan.overlap_tp_comm is True
+    r = search(m, gpu="h100-sxm", num_gpus=8, global_batch=16, seq_len=4096, fix="tp=8,overlap_tp_comm=1", top=3,
+               pareto_points=1)
+    assert r.pruned.get("tp_overlap_sp", 0) > 0 and all(p.prediction.job.plan.sp for p in r.plans)

@@ -66,7 +66,11 @@ def test_counts_add_up_and_options_are_not_double_counted() -> None:
     sp = _space(TINY, 16, 16, 512)
     # tp=1: no sp, no TP overlap; pp=1: no p2p overlap; dp*cp=1: ZeRO 0 or 3 and no DP overlaps
     assert sp.option_count(1, 1, 1) == 1 * 3 * 1 * 1 * 2
-    assert sp.option_count(2, 2, 4) == 2 * 3 * 2 * 2 * (2 + 2 * 2 + 2 * 2 + 2 * 1)
+    # tp=2: TP overlap only with sp (Megatron's tp_overlap_sp): (sp off, no overlap) + (sp on, either)
+    assert sp.option_count(2, 2, 4) == 3 * (1 + 2) * 2 * (2 + 2 * 2 + 2 * 2 + 2 * 1)
+    for p in r.plans:
+        plan = p.prediction.job.plan
+        assert not (plan.overlap_tp_comm and plan.tp > 1 and not plan.sp)
 
 
 def test_fixed_fields_restrict_the_space() -> None:

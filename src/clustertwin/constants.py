@@ -323,6 +323,15 @@ _SCHEDULE: list[Constant] = [
              "BACKWARD_PRE likewise one); DeepSpeed ZeRO-3 prefetches parameter groups up to "
              "stage3_prefetch_bucket_size, taken as one unit",
              "exposed FSDP time: a unit's collectives hide under this many units' compute"),
+    Constant("schedule.overlap_compute_slowdown", 0.189, "fraction",
+             "arXiv 2507.03114 (Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed "
+             "Deep Learning, 2025), abstract: overlapping computation with communication slows the "
+             "computation by 18.9% on average (40.0% at most) against running it alone, over GPT and LLaMA "
+             "training on 4 A100s, H100s, MI250s and MI210s; NCCL kernels take SMs (NCCL_MIN/MAX_NCHANNELS "
+             "blocks) and HBM bandwidth from the GEMMs beside them",
+             "compute slowed by overlapped NCCL collectives: each second of DP reduction, parameter gather, "
+             "FSDP gather/reduce-scatter or CP ring exchange hidden under compute adds this many seconds "
+             "(counted in dp_comm or cp_comm)"),
 ]
 
 _MEMORY: list[Constant] = [
@@ -531,8 +540,29 @@ _POWER: list[Constant] = [
              "--power-cap: the lowest cap accepted"),
 ]
 
+# Box bounds of the parameters `calibrate --from-runs` fits (calibrate/runs.py): a fit never leaves them.
+# Efficiencies are fractions of a datasheet figure, so never above 1; the lower bounds only keep a fit
+# out of unphysical corners. A ``_``-prefixed key in runs.py (``_overhead_s``) bounds every profile field
+# ending so.
+_FIT_BOUNDS_SRC = {
+    "gemm_efficiency": (0.2, 1.0, "no GEMM beats the datasheet peak; below 0.2 a large GEMM would be broken"),
+    "attention_fwd_efficiency": (0.1, 1.0, "fraction of the BF16 peak; unfused attention is priced separately"),
+    "memory_efficiency": (0.3, 1.0, "fraction of HBM bandwidth; STREAM-like copies reach 0.85-0.9"),
+    "nvlink_efficiency": (0.2, 1.0, "NCCL bus bandwidth over the link peak"),
+    "nic_efficiency": (0.2, 1.0, "NCCL bus bandwidth over NIC line rate"),
+    "cpu_dispatch_s": (1e-6, 1e-4, "a kernel launch from Python costs a few us; 100 us is a host far overloaded"),
+    "overhead_s": (0.0, 0.1, "framework time per unit of work; 100 ms would be visible in any profile"),
+    "latency_s": (1e-7, 1e-3, "per-message latency of a link: 0.1 us to 1 ms"),
+}
+_FIT_UNITS = {"cpu_dispatch_s": "s", "overhead_s": "s", "latency_s": "s"}
+_FIT_BOUNDS: list[Constant] = [
+    Constant(f"calibrate.bounds.{name}.{end}", v, _FIT_UNITS.get(name, "fraction"), f"assumed: {why}",
+             f"calibrate --from-runs: the {'lowest' if end == 'low' else 'highest'} value a fit may give {name}")
+    for name, (lo, hi, why) in _FIT_BOUNDS_SRC.items() for end, v in (("low", lo), ("high", hi))
+]
+
 CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
-                                   *_NETWORK, *_NCCL, *_POWER)
+                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

@@ -47,7 +47,18 @@ class Prediction:
 
     @property
     def model_flops_per_step(self) -> float:
-        """Model FLOPs (no recomputation, attention counted in full as Megatron/NVIDIA do)."""
+        """Model FLOPs of one step, the numerator of MFU: 6·N per token plus the attention a causal
+        model needs, forward and backward (3x), with the scores counted over half the keys on
+        average, the work the step time prices (flash kernels skip the masked half). No
+        recomputation. So MFU never exceeds 1, however long the sequence."""
+        return self.job.model.flops_per_token(self.job.seq_len, causal=True) * self.job.tokens_per_step
+
+    @property
+    def model_flops_per_step_full_attention(self) -> float:
+        """Model FLOPs as published MFUs count them (PaLM, Chowdhery et al. 2022 App. B: 6·N + 12·L·H·Q·T
+        per token; Megatron-LM, Narayanan et al. 2021 eq. 3; torchtitan's ``num_flops_per_token``):
+        attention in full, no causal halving. At long sequences this exceeds the work done, and an
+        MFU on it can exceed 1; ``validate`` compares published MFU and TFLOP/s figures on it."""
         return self.job.model.flops_per_token(self.job.seq_len) * self.job.tokens_per_step
 
     @property
@@ -65,12 +76,25 @@ class Prediction:
         return self.model_flops_per_step / self.step_time_s / self.job.cluster.num_gpus / 1e12
 
     @property
+    def tflops_per_gpu_full_attention(self) -> float:
+        """TFLOP/s per GPU as published figures count them (attention in full)."""
+        return self.model_flops_per_step_full_attention / self.step_time_s / self.job.cluster.num_gpus / 1e12
+
+    @property
     def peak_flops(self) -> float:
         return self.job.cluster.gpu.peak(self.job.plan.precision)
 
     @property
     def mfu(self) -> float:
+        """Model FLOPs utilisation, causal attention counted as the time prices it (at most 1)."""
         return self.tflops_per_gpu * 1e12 / self.peak_flops
+
+    @property
+    def mfu_full_attention(self) -> float:
+        """MFU in the published convention (attention in full, no causal halving): what papers and
+        torchtitan quote; above ``mfu`` by the masked half of the attention, and above 1 possible at
+        long sequences."""
+        return self.tflops_per_gpu_full_attention * 1e12 / self.peak_flops
 
     @property
     def hfu(self) -> float:
@@ -130,6 +154,7 @@ class Prediction:
             "tokens_per_s": self.tokens_per_s,
             "tflops_per_gpu": self.tflops_per_gpu,
             "mfu": self.mfu,
+            "mfu_full_attention": self.mfu_full_attention,
             "hfu": self.hfu,
             "breakdown_s": dict(self.breakdown_s),
             "memory_per_gpu_bytes": mem,

@@ -48,6 +48,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
+from ..constants import constant, value
 from ..cost.profile import HardwareProfile, architecture_of
 from ..errors import DataError
 from ..schedule.batch import price_plan
@@ -66,17 +67,14 @@ _STEP = 0.02                  # forward-difference step in the fitted coordinate
 
 TIME_METRICS = ("iteration_time_s", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu")
 
-# Bounds of the fitted parameters: (low, high, why). Efficiencies are fractions of a datasheet figure,
-# so never above 1; the lower bounds only keep a fit out of unphysical corners.
+# Bounds of the fitted parameters: (low, high, why), from clustertwin.constants ("calibrate.bounds.*",
+# each with why it is where it is). A key starting "_" bounds every profile field ending so.
+_BOUND_KEYS = ("gemm_efficiency", "attention_fwd_efficiency", "memory_efficiency", "nvlink_efficiency",
+               "nic_efficiency", "cpu_dispatch_s", "_overhead_s", "_latency_s")
 BOUNDS: dict[str, tuple[float, float, str]] = {
-    "gemm_efficiency": (0.2, 1.0, "no GEMM beats the datasheet peak; below 0.2 a large GEMM would be broken"),
-    "attention_fwd_efficiency": (0.1, 1.0, "fraction of the BF16 peak; unfused attention is priced separately"),
-    "memory_efficiency": (0.3, 1.0, "fraction of HBM bandwidth; STREAM-like copies reach 0.85-0.9"),
-    "nvlink_efficiency": (0.2, 1.0, "NCCL bus bandwidth over the link peak"),
-    "nic_efficiency": (0.2, 1.0, "NCCL bus bandwidth over NIC line rate"),
-    "cpu_dispatch_s": (1e-6, 1e-4, "a kernel launch from Python costs a few us; 100 us is a host far overloaded"),
-    "_overhead_s": (0.0, 0.1, "framework time per unit of work; 100 ms would be visible in any profile"),
-    "_latency_s": (1e-7, 1e-3, "per-message latency of a link: 0.1 us to 1 ms"),
+    key: (value(f"calibrate.bounds.{key.lstrip('_')}.low"), value(f"calibrate.bounds.{key.lstrip('_')}.high"),
+          constant(f"calibrate.bounds.{key.lstrip('_')}.low").source.removeprefix("assumed: "))
+    for key in _BOUND_KEYS
 }
 
 

@@ -8,9 +8,10 @@ schedule and search build on it.
 from .layout import (GroupPlacement, ParallelDims, expert_dp, expert_dp_size, expert_tp, group_placements,
                      place_group, stage_layer_split)
 from .rules import (RULE_NAMES, RULES, STAGES, Capabilities, JobFacts, PlanFacts, Rule, RuleBroken, check_rules,
-                    first_broken, first_broken_index, rule, rules_at, rules_markdown, tp_overlap_possible)
+                    first_broken, first_broken_index, rule, rules_at, rules_markdown, tp_overlap_possible,
+                    tp_overlap_without_sp)
 
 __all__ = ["GroupPlacement", "ParallelDims", "expert_dp", "expert_dp_size", "expert_tp", "group_placements",
            "place_group", "stage_layer_split", "RULE_NAMES", "RULES", "STAGES", "Capabilities", "JobFacts",
            "PlanFacts", "Rule", "RuleBroken", "check_rules", "first_broken", "first_broken_index", "rule", "rules_at",
-           "rules_markdown", "tp_overlap_possible"]
+           "rules_markdown", "tp_overlap_possible", "tp_overlap_without_sp"]

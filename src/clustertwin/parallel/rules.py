@@ -109,6 +109,7 @@ class PlanFacts:
     global_batch: Any = None
     zero_stage: Any = 1
     overlap_tp: Any = False
+    sp: Any = False            # sequence parallelism (meaningful with tp > 1)
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     precision: Any = None      # None: not known (the search checks it once, for the whole job)
@@ -122,15 +123,24 @@ class PlanFacts:
         """From a Plan whose dp is resolved."""
         return cls(tp=plan.tp, pp=plan.pp, vpp=plan.vpp, cp=plan.cp, dp=plan.dp, ep=plan.ep, etp=plan.etp,
                    micro_batch=plan.micro_batch, global_batch=plan.global_batch, zero_stage=plan.zero_stage,
-                   overlap_tp=plan.overlap_tp_comm is True, first_stage_layers=plan.first_stage_layers,
+                   overlap_tp=plan.overlap_tp_comm is True, sp=bool(plan.sp),
+                   first_stage_layers=plan.first_stage_layers,
                    last_stage_layers=plan.last_stage_layers, precision=plan.precision)
 
 
-def tp_overlap_possible(tp: Any, gpus_per_node: int) -> Any:
+def tp_overlap_possible(tp: Any, gpus_per_node: int, sp: Any = True) -> Any:
     """Whether TP communication can overlap the GEMMs (ints or arrays): only with the TP group
     inside one NVLink domain, since Transformer Engine's userbuffers work over NVLink only
-    (NVIDIA/TransformerEngine#1071)."""
-    return tp <= gpus_per_node
+    (NVIDIA/TransformerEngine#1071), and only with sequence parallelism (``sp``): the overlap splits
+    the all-gather before and the reduce-scatter after each GEMM into chunks, and without SP there
+    is an all-reduce instead (rule ``tp_overlap_sp``)."""
+    return (tp <= gpus_per_node) & sp
+
+
+def tp_overlap_without_sp(p: PlanFacts) -> Any:
+    """Plans (ints or arrays) holding TP communication overlap on with tp > 1 and no sequence
+    parallelism, which Megatron-LM refuses (rule ``tp_overlap_sp``)."""
+    return p.overlap_tp & (p.tp > 1) & _not(p.sp)
 
 
 class RuleBroken(PlanError):
@@ -271,6 +281,15 @@ RULES: tuple[Rule, ...] = (
          lambda j, p: (p.ep > 1) & (not j.can.expert_tp_any) & (p.expert_tp != 1) & (p.expert_tp != p.tp),
          lambda j, p: ("plan.etp", f"{j.framework} splits experts over etp=1 or etp=tp only, not {p.expert_tp}",
                        f"set etp=1 or etp={p.tp}, or use --framework megatron")),
+    # ---- the options (checked after the framework can run the structure) ----
+    # Megatron-LM, megatron/training/arguments.py, validate_args (NVIDIA/Megatron-LM @000c4ac):
+    #   if args.tp_comm_overlap: assert args.sequence_parallel == True, 'Tensor parallel communication/GEMM
+    #   overlap can happen only when sequence parallelism is enabled'
+    Rule("tp_overlap_sp", "options", "TP communication overlap without sequence parallelism",
+         lambda j, p: tp_overlap_without_sp(p),
+         lambda j, p: ("plan.overlap_tp_comm", f"TP communication overlap needs sequence parallelism (it overlaps "
+                       f"the all-gather and reduce-scatter SP puts around each GEMM; Megatron-LM asserts it), and "
+                       f"the plan has tp={p.tp} without sp", "set sp=1, or overlap_tp_comm=0")),
     Rule("framework_tp_overlap", "options", "the framework cannot overlap TP communication with GEMMs",
          lambda j, p: p.overlap_tp & (p.tp > 1) & (not j.can.tp_overlap),
          lambda j, p: ("plan.overlap_tp_comm", f"{j.framework} cannot overlap TP communication with the GEMMs",

@@ -107,5 +107,5 @@ def register(app: typer.Typer) -> None:
         good = f" · goodput {s['goodput'] * 100:.1f}%" if s.get("goodput") is not None else ""
         base.console.print(f"wrote {path} ({len(page.encode()) / 1e6:.1f} MB): {j['model']} on {j['num_gpus']:,} x "
                            f"{j['gpu']} · {j['plan_text']} · step {s['step_time_s']:.3g} s · MFU {s['mfu'] * 100:.1f}%"
-                           + good + (f"; data in {json_out}" if json_out is not None else ""), highlight=False,
+                           + ("" if s.get("fits", True) else " · does NOT fit in GPU memory") + good + (f"; data in {json_out}" if json_out is not None else ""), highlight=False,
                            soft_wrap=True)

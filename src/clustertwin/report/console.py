@@ -254,7 +254,8 @@ def prediction_tables(p: Prediction) -> list:
         ("expected error", describe(p.expected_error)),
         ("tokens/s", f"{p.tokens_per_s:,.0f} ({p.tokens_per_s / job.cluster.num_gpus:,.0f} per GPU)"),
         ("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}"),
-        ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')}"),
+        ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')} (causal; "
+                      f"{p.mfu_full_attention * 100:.1f}% as papers count attention)"),
         ("micro-batches", f"{p.graph.num_microbatches} per step"),
         ("energy", _energy_line(p)),
         ("memory per GPU", Text.assemble(f"{_gb(p.memory.total_bytes)} of {_gb(p.memory.capacity_bytes)}: ", fits)),
@@ -439,8 +440,8 @@ def compare_tables(c: "Comparison") -> list:
     rows = []
     for i, r in enumerate(c.rows):
         p = r.prediction
-        mem = Text(f"{_gb(p.memory.total_bytes)} {p.memory.total_bytes / p.memory.capacity_bytes * 100:.0f}%",
-                   "" if p.fits else "red")
+        mem = Text(f"{_gb(p.memory.total_bytes)} {p.memory.total_bytes / p.memory.capacity_bytes * 100:.0f}%"
+                   + ("" if p.fits else " *"), "" if p.fits else "red")
         label = plan_cell(plan_text(p)) if c.varies == "plan" else r.label
         row: list[Any] = [str(i + 1), label]
         if c.varies == "cluster":
@@ -452,7 +453,8 @@ def compare_tables(c: "Comparison") -> list:
                 f"{p.mfu * 100:.1f}%", mem, bottleneck_tag(p)]
         rows.append(row)
     out.append(Fit(cols, rows, f"{len(c.rows)} {c.varies}s against #1",
-                   caption="Δ: difference from #1; memory in red: does not fit"))
+                   caption="Δ: difference from #1" + ("; memory *: does NOT fit, its time is not achievable"
+                                                      if any(not r.prediction.fits for r in c.rows) else "")))
     out.append(f"[bold]bottleneck of #1:[/bold] {bottleneck(base)}")
     return out
 

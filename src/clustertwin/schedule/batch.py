@@ -26,12 +26,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..arith import Num
+from ..arith import Num, logical_and, where
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
-from ..parallel.rules import Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible
+from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible,
+                              tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan
@@ -40,7 +41,7 @@ from ..workload.graph import (StageParams, dp_collectives, layer_context, optimi
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
 from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
-from .step import (Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
+from .step import (OVERLAP_SLOWDOWN, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
                    exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -99,16 +100,19 @@ class PlanSet:
     def sp_domain(self, tp: int) -> tuple[bool, ...]:
         return (self.fixed["sp"],) if "sp" in self.fixed else ((False, True) if tp > 1 else (False,))
 
-    def overlap_tp_domain(self, tp: int) -> tuple[bool, ...]:
-        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp)))
+    def overlap_tp_domain(self, tp: int, sp: bool = True) -> tuple[bool, ...]:
+        """TP overlap's values under sequence parallelism ``sp``: held fixed, or (False, True) where it
+        matters; without sp only False (``tp_overlap_sp``), and a fixed True there is refused by
+        that rule (``SearchSpace.option_refusals``)."""
+        return self._flag("overlap_tp_comm", bool(self.tp_overlap_matters(tp, sp)))
 
     def overlap_pp_domain(self, pp: int) -> tuple[bool, ...]:
         return self._flag("overlap_pp_comm", pp > 1)
 
-    def tp_overlap_matters(self, tp):
-        """Whether overlap_tp_comm changes anything (ints or arrays): with TP, and the TP group in
-        one NVLink domain (``tp_overlap_possible``)."""
-        return (tp > 1) & tp_overlap_possible(tp, self.cluster.gpus_per_node)
+    def tp_overlap_matters(self, tp, sp=True):
+        """Whether overlap_tp_comm changes anything (ints or arrays): with TP, the TP group in one
+        NVLink domain and sequence parallelism on (``tp_overlap_possible``)."""
+        return (tp > 1) & tp_overlap_possible(tp, self.cluster.gpus_per_node, sp)
 
     def dp_overlap_matters(self, dp_cp, zero, pp):
         """Whether overlap_dp_comm changes anything (ints or arrays): with a DP group, for ZeRO 0-2, and
@@ -140,8 +144,8 @@ class PlanSet:
         """Candidates a structure stands for: its sp x recompute x ZeRO x overlap options."""
         zero_overlaps = sum(len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
                             for z in self.zero_domain(dp_cp))
-        return (len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_tp_domain(tp))
-                * len(self.overlap_pp_domain(pp)) * zero_overlaps)
+        tp_overlaps = sum(len(self.overlap_tp_domain(tp, sp)) for sp in self.sp_domain(tp))
+        return len(self.recompute_domain) * tp_overlaps * len(self.overlap_pp_domain(pp)) * zero_overlaps
 
     # ---- the same domains for arrays of structures (the pricer's rows) ------------------------
     @cached_property
@@ -155,20 +159,25 @@ class PlanSet:
         framework that runs every plan."""
         return () if self.facts.can == Capabilities() else rules_at("options")
 
-    def flag_allows(self, name: str, value: bool, matters: np.ndarray) -> np.ndarray:
+    def flag_allows(self, name: str, value: bool, matters: np.ndarray, refused: np.ndarray | None = None) -> np.ndarray:
         """Rows whose domain of the overlap flag ``name`` holds ``value`` (``matters``: rows where it
-        does something) and whose framework can run it (TP overlap: ``framework_tp_overlap``)."""
+        does something) and whose framework can run it (TP overlap: ``framework_tp_overlap``).
+        ``refused``: rows where ``value`` True breaks a rule even when held fixed (TP overlap with
+        tp > 1 and no sequence parallelism: ``tp_overlap_sp``)."""
         if name in self.fixed:
             allows = np.full(matters.shape, self.fixed[name] == value)
         else:
             allows = matters.copy() if value else np.ones(matters.shape, dtype=bool)
         if name == "overlap_tp_comm" and value and not self.facts.can.tp_overlap:
             allows &= ~matters     # where it matters tp > 1, and the framework cannot overlap TP
+        if value and refused is not None:
+            allows &= ~refused
         return allows
 
-    def flag_count(self, name: str, matters: np.ndarray) -> np.ndarray:
+    def flag_count(self, name: str, matters: np.ndarray, refused: np.ndarray | None = None) -> np.ndarray:
         """Values of the overlap flag ``name`` each row may take (see ``flag_allows``)."""
-        return self.flag_allows(name, False, matters).astype(int) + self.flag_allows(name, True, matters)
+        return (self.flag_allows(name, False, matters, refused).astype(int)
+                + self.flag_allows(name, True, matters, refused))
 
     def zero_allows(self, zero: int, dp_cp: np.ndarray, *, tp=1, pp=1, cp=1) -> np.ndarray:
         """Rows (structures of sizes tp, pp, cp, dp*cp: ints or arrays) whose ZeRO domain holds
@@ -178,7 +187,7 @@ class PlanSet:
         else:
             allows = np.full(dp_cp.shape, True) if zero in (0, 3) else dp_cp > 1
         for r in self.option_rules:
-            if r.name == "framework_tp_overlap":
+            if r.name in ("framework_tp_overlap", "tp_overlap_sp"):
                 continue
             allows &= ~np.broadcast_to(np.asarray(r.broken(self.facts, PlanFacts(
                 tp, pp=pp, cp=cp, dp=dp_cp // cp, zero_stage=zero)), dtype=bool), dp_cp.shape)
@@ -502,7 +511,11 @@ class _Layout:
         self.logits = np.array([ctxs[c].tokens * -(-model.vocab_size // ctxs[c].tp) for c in ctx_rows], dtype=float)
         self.emb_rows = np.array([ctxs[c].norm_rows * ctxs[c].hidden * ctxs[c].act_bytes for c in ctx_rows],
                                  dtype=float)
-        self.tp_many = plans.tp_overlap_matters(self.tp)
+        # per row of (structure, sp): where TP overlap changes something, and where a fixed TP overlap
+        # is refused (tp > 1 without sp: rule tp_overlap_sp)
+        tp_rows, sp_arr = self.tp[self.s_rows], np.array(sp_rows, dtype=bool)
+        self.otp_matters = plans.tp_overlap_matters(tp_rows, sp_arr)
+        self.otp_refused = np.asarray(tp_overlap_without_sp(PlanFacts(tp_rows, overlap_tp=True, sp=sp_arr)), dtype=bool)
         self.mem_total: dict[tuple[int, int], np.ndarray] = {}
         self.mem_classes: dict[tuple[int, int], list[dict]] = {}
 
@@ -511,7 +524,7 @@ class _Layout:
         pr, plans, model = self.pr, self.pr.plans, self.pr.model
         sr = self.s_rows
         dp_cp_m, m_m = self.dp_cp[sr], self.m[sr]
-        n_otp = plans.flag_count("overlap_tp_comm", self.tp_many)
+        n_otp = plans.flag_count("overlap_tp_comm", self.otp_matters, self.otp_refused)    # per row
         n_opp = len(plans.overlap_pp_domain(self.pp))
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
@@ -545,7 +558,7 @@ class _Layout:
                 ok = (worst <= plans.memory_limit_bytes) & in_domain
                 n_opg = plans.flag_count("overlap_param_gather", (self.dp_cp > 1) & (z > 0))
                 n_odp = plans.flag_count("overlap_dp_comm", plans.dp_overlap_matters(self.dp_cp, z, self.pp))
-                n_opt = (n_otp * n_odp * n_opg * n_opp)[sr]
+                n_opt = n_otp * (n_odp * n_opg)[sr] * n_opp
                 feasible += int(n_opt[ok].sum())
                 pruned += int(n_opt[in_domain & ~ok].sum())
                 if ok.any():
@@ -562,7 +575,7 @@ class _Layout:
         parts = []
         for (r, z), ok in fits.items():
             for otp in (False, True):
-                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.tp_many)[self.s_rows])
+                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.otp_matters, self.otp_refused))
                 if sel.size:
                     parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
                                            np.full(sel.size, int(otp))], axis=1))
@@ -576,7 +589,7 @@ class _Layout:
 
         base_classes = self._stage_times(rows)
         pp_s = self._pipeline_sends(mrow)
-        sync, gather, opt, fsdp, nic_shared = self._data_parallel(srow, z_col)
+        sync, gather, opt, fsdp, nic_shared, cp_shares_link = self._data_parallel(srow, z_col)
 
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
@@ -594,18 +607,25 @@ class _Layout:
                      & plans.flag_allows("overlap_param_gather", opg, (dp_cp_r > 1) & (z_col > 0)))
             if not valid.any():
                 continue
-            stage_times = []
-            for k, base in enumerate(base_classes):
-                st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
-                               tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s, moe_imbalance_s=base.moe_imbalance_s,
-                               pp_s=pp_s, dp_sync_s=sync[k], param_gather_s=gather[k], optimizer_s=opt[k],
-                               cp_hidden_fwd_s=base.cp_hidden_fwd_s, cp_hidden_bwd_s=base.cp_hidden_bwd_s,
-                               pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
-                ag, rs, units = fsdp[k]
-                st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
-                                         st.cp_hidden_fwd_s, st.cp_hidden_bwd_s)
-                stage_times.append(st)
             for opp in plans.overlap_pp_domain(pp):
+                # overlapped pipeline sends crossing nodes share the NICs with the FSDP traffic of the
+                # same micro-batch: the forward's activation sends its forward, the gradients its backward
+                pp_nic = where(logical_and(opp, nic_shared), pp_s / 2, 0.0) if pp > 1 else 0.0
+                stage_times = []
+                for k, base in enumerate(base_classes):
+                    # the CP ring takes the link the DP/FSDP traffic needs only when both cross nodes
+                    # (NICs) or both stay inside one (NVLink); otherwise both hide behind the attention
+                    st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
+                                   tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s,
+                                   moe_imbalance_s=base.moe_imbalance_s, pp_s=pp_s, dp_sync_s=sync[k],
+                                   param_gather_s=gather[k], optimizer_s=opt[k],
+                                   cp_hidden_fwd_s=base.cp_hidden_fwd_s * cp_shares_link,
+                                   cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
+                                   pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
+                    ag, rs, units = fsdp[k]
+                    st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
+                                             st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic)
+                    stage_times.append(st)
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
                                                opg)
                 step = sum(breakdown.values())
@@ -646,6 +666,8 @@ class _Layout:
             st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))
             st.cp_hidden_bwd_s = (hidden_cp(total("cp_bwd"), total("attn_bwd"))
                                   + hidden_cp(total("cp_rc"), total("attn_rc")))
+            # the ring's NCCL send/recv slow the attention they hide behind (schedule.overlap_compute_slowdown)
+            st.cp_s = st.cp_s + OVERLAP_SLOWDOWN * (st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
             st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
@@ -665,8 +687,9 @@ class _Layout:
     def _data_parallel(self, srow: np.ndarray, z_col: np.ndarray):
         """Per stage class: gradient reduction, parameter gathers (once per step), FSDP traffic per
         micro-batch ((all-gather of one pass, reduce-scatter, units)), and the optimizer step (they
-        depend on the structure and the ZeRO stage); and per row whether the DP group's NICs carry
-        the pipeline's sends too (both groups cross nodes).
+        depend on the structure and the ZeRO stage); per row whether the DP group's NICs carry
+        the pipeline's sends too (both groups cross nodes), and whether the CP ring runs on the DP
+        group's links (1.0: both cross nodes or neither does; 0.0: one on NVLink, one on the NICs).
 
         FSDP/ZeRO-3 collectives run per unit (a layer; the embedding and head together one more):
         each is priced as units collectives of 1/units of the stage's parameters, so their latency
@@ -682,9 +705,14 @@ class _Layout:
         fsdp_ag, fsdp_rs = ([np.zeros(n) for _ in k_range] for _ in range(2))
         units = [cls.n_dense + cls.n_moe + int(cls.is_first or cls.is_last) for cls in self.classes]
         nic_shared: Any = False
+        dp_cross = np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1
         if self.pp > 1:
             p2p_nodes = place_group(2, plans.num_gpus // self.pp, G).nodes
-            nic_shared = (np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1) & (p2p_nodes > 1)
+            nic_shared = dp_cross & (p2p_nodes > 1)
+        # the CP group (stride tp, Megatron rank order) shares the DP group's links when both cross
+        # nodes or neither does
+        cp_cross = np.array([place_group(int(c), int(t), G).nodes > 1 for c, t in zip(self.cp, self.tp)])[srow]
+        cp_shares_link = (cp_cross == dp_cross).astype(float)
         for z in (0, 1, 2, 3):
             sel = z_col == z
             if not sel.any():
@@ -717,7 +745,7 @@ class _Layout:
                 fsdp_rs[k][sel] = acc["fsdp_rs"]
                 opt[k][sel] = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
         fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k]) for k in k_range]
-        return sync, gather, opt, fsdp, nic_shared
+        return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
 
 def _shape_key(plans: PlanSet) -> tuple:

@@ -35,6 +35,9 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_
 BUCKET_ELEMENTS = value("schedule.dp_bucket_elements")
 # FSDP/ZeRO-3 prefetch: how many units ahead a unit's all-gather may be issued
 FSDP_PREFETCH_UNITS = value("schedule.fsdp_prefetch_units")
+# compute that runs beside an overlapped NCCL collective runs slower (SMs and HBM bandwidth shared):
+# seconds added per second of collective hidden under compute
+OVERLAP_SLOWDOWN = value("schedule.overlap_compute_slowdown")
 
 
 @dataclass
@@ -187,7 +190,8 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
         forward:  a + (L - 1) max(0, a - c_f)
         backward: a + r + (L - 1) max(0, a + r - c_b)
     with a, r one unit's gather and reduce-scatter, c_f, c_b one unit's compute (backward with its
-    recomputation). Without prefetch every collective is exposed."""
+    recomputation). Without prefetch every collective is exposed. What hides slows the compute
+    beneath it by ``OVERLAP_SLOWDOWN`` per second hidden."""
     L = maximum(units, 1)
     a, r = gather / L, reduce / L
     window = FSDP_PREFETCH_UNITS
@@ -195,7 +199,10 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     cb = window * maximum(bwd_s - cp_hidden_bwd, 0.0) / L
     fwd = a + (L - 1) * maximum(0.0, a - cf)
     bwd = a + r + (L - 1) * maximum(0.0, a + r - cb)
-    return where(overlap, minimum(fwd + bwd, 2 * gather + reduce), 2 * gather + reduce)
+    total = 2 * gather + reduce
+    exposed = minimum(fwd + bwd, total)
+    # the hidden collectives slow the compute they run beside (schedule.overlap_compute_slowdown)
+    return where(overlap, exposed + OVERLAP_SLOWDOWN * (total - exposed), total)
 
 
 def step_bucket(kind: OpKind, collective: str = "") -> str:
@@ -256,19 +263,22 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         # overlapped pipeline sends share the NICs with the DP traffic they run beside: the backward's
         # gradient sends take the backward's window, the forward's activation sends the forward's
         shared = where(logical_and(overlap_pp, s.pp_shares_nic), s.pp_s / 2, 0.0) if p > 1 else 0.0
+        slowed = 0.0     # collective time hidden under compute, which it slows (OVERLAP_SLOWDOWN)
         if overlap_dp:
             backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s - shared   # compute free to hide the reduction
+            under_compute = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v), s.dp_sync_s * last_bucket)
+            slowed = slowed + (s.dp_sync_s - under_compute)
             # stages other than the first finish early: the drain of the pipeline hides their sync
-            grad = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v) - s.stage * mean / v,
-                           s.dp_sync_s * last_bucket)
+            grad = maximum(under_compute - s.stage * mean / v, s.dp_sync_s * last_bucket)
         else:
             grad = s.dp_sync_s
         if overlap_param_gather:
             gather = maximum(_chunked_exposure(s.param_gather_s, s.fwd_s - s.cp_hidden_fwd_s - shared, m, p, v),
                              s.param_gather_s * last_bucket)
+            slowed = slowed + (s.param_gather_s - gather)
         else:
             gather = s.param_gather_s
-        dp_exposed = maximum(dp_exposed, grad + gather)
+        dp_exposed = maximum(dp_exposed, grad + gather + OVERLAP_SLOWDOWN * slowed)
         opt = maximum(opt, s.optimizer_s)
     breakdown = {
         "compute": m * (cs("fwd_s") + cs("bwd_s")),

@@ -8,7 +8,8 @@ stage and the four overlaps. The raw domains:
   the sizes a Plan accepts (cp <= 1024, say; likewise vpp, ep and mb below);
 - vpp: the divisors of the layers and of the layers + 2 (the splits Megatron and NeMo accept);
 - ep: the divisors of the routed experts (1 for a dense model); mb: the divisors of the global batch;
-- sp, overlap_tp_comm: both values when tp > 1; overlap_pp_comm: when pp > 1; ZeRO 0-3 when
+- sp: both values when tp > 1; overlap_tp_comm: both values when tp > 1 with sp (Megatron overlaps
+  TP communication only under sequence parallelism: rule ``tp_overlap_sp``); overlap_pp_comm: when pp > 1; ZeRO 0-3 when
   dp*cp > 1, else 0 and 3; overlap_dp_comm: with ZeRO 0-2 and dp*cp > 1 (ZeRO-3 reduces gradients
   per micro-batch, which overlap_param_gather governs, except where the framework reduces once per
   step under PP: torchtitan); overlap_param_gather: with ZeRO >= 1 and
@@ -94,7 +95,8 @@ class SearchSpace(PlanSet):
     def _rules(self) -> dict[str, tuple[Rule, ...]]:
         rules = {stage: rules_at(stage) for stage in ("tp", "layout", "experts", "batch", "framework", "options")}
         if self.facts.can == Capabilities():    # a framework that runs every plan breaks no framework rule
-            rules["framework"] = rules["options"] = ()
+            rules["framework"] = ()
+            rules["options"] = tuple(r for r in rules["options"] if not r.name.startswith("framework_"))
         return rules
 
     @cached_property
@@ -131,11 +133,13 @@ class SearchSpace(PlanSet):
         return self._reasons[key] if key in self._reasons else self._reason(
             key, PlanFacts(tp, vpp=vpp, cp=cp, ep=ep, etp=self.fixed.get("etp")))
 
-    def option_reason(self, tp: int, pp: int, cp: int, dp: int, zero_stage: int, overlap_tp: bool) -> str | None:
-        """The first capability of the framework a structure's options (ZeRO stage, TP overlap) need and it lacks."""
-        key = ("options", tp, pp, cp, dp, zero_stage, overlap_tp)
+    def option_reason(self, tp: int, pp: int, cp: int, dp: int, zero_stage: int, overlap_tp: bool,
+                      sp: bool = True) -> str | None:
+        """The first rule a structure's options (TP overlap with sp, ZeRO stage, and the framework's
+        capabilities for them) break."""
+        key = ("options", tp, pp, cp, dp, zero_stage, overlap_tp, sp)
         return self._reasons[key] if key in self._reasons else self._reason(
-            key, PlanFacts(tp, pp=pp, cp=cp, dp=dp, zero_stage=zero_stage, overlap_tp=overlap_tp))
+            key, PlanFacts(tp, pp=pp, cp=cp, dp=dp, zero_stage=zero_stage, overlap_tp=overlap_tp, sp=sp))
 
     def option_refusals(self, tp: int, pp: int, cp: int, dp: int) -> dict[str, int]:
         """Of the options of a structure (``option_count``), how many the framework cannot run, by
@@ -145,14 +149,15 @@ class SearchSpace(PlanSet):
         if key in cache:
             return cache[key]
         dp_cp = dp * cp
-        rest = len(self.sp_domain(tp)) * len(self.recompute_domain) * len(self.overlap_pp_domain(pp))
+        rest = len(self.recompute_domain) * len(self.overlap_pp_domain(pp))
         out: dict[str, int] = {}
-        for otp in self.overlap_tp_domain(tp):
-            for z in self.zero_domain(dp_cp):
-                reason = self.option_reason(tp, pp, cp, dp, z, otp)
-                if reason is not None:
-                    n = len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
-                    out[reason] = out.get(reason, 0) + rest * n
+        for sp in self.sp_domain(tp):
+            for otp in self.overlap_tp_domain(tp, sp):
+                for z in self.zero_domain(dp_cp):
+                    reason = self.option_reason(tp, pp, cp, dp, z, otp, sp)
+                    if reason is not None:
+                        n = len(self.overlap_param_gather_domain(dp_cp, z)) * len(self.overlap_dp_domain(dp_cp, z, pp))
+                        out[reason] = out.get(reason, 0) + rest * n
         cache[key] = out
         return out
 

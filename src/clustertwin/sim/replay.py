@@ -32,7 +32,7 @@ from typing import Iterator
 from ..cost.profile import HardwareProfile
 from ..calibrate.profile import profile_for
 from ..errors import PlanError
-from ..schedule.step import Pricer
+from ..schedule.step import OVERLAP_SLOWDOWN, Pricer
 from ..specs import TrainingJob
 from ..workload.graph import WorkloadGraph, build_graph
 from ..workload.ops import Op
@@ -75,6 +75,11 @@ def replay_program(prog: Program, factors: tuple[float, ...], pricer: Pricer) ->
                           for c in members])
     total = e.run()
     events = [[(k, e.start[tasks[k][c]], e.end[tasks[k][c]]) for k in range(len(prog.steps))] for c in members]
+    # the CP ring's NCCL kernels slow the compute they run beside (schedule.overlap_compute_slowdown), as
+    # the analytic model prices it: added for the time they overlap, not replayed kernel by kernel
+    ring = [[(a, b) for k, a, b in ev if prog.steps[k].is_comm and prog.steps[k].op.group == "cp"] for ev in events]
+    comp_iv = [[(a, b) for k, a, b in ev if not prog.steps[k].is_comm] for ev in events]
+    total += OVERLAP_SLOWDOWN * max((overlap_s(r, c) for r, c in zip(ring, comp_iv)), default=0.0)
     busy = [sum(st.duration_s for st in prog.steps if not st.is_comm) * f for f in factors]
     return MicroProfile(prog, factors, total, events, busy)
 
@@ -449,7 +454,53 @@ class _Replay:
         total = self.e.run()
         for rank, task, tid in self._records:
             task.start_s, task.end_s = self.e.start[tid], self.e.end[tid]
+        # DP reductions, parameter gathers and FSDP collectives slow the compute they overlap
+        # (schedule.overlap_compute_slowdown): each rank's optimizer step, and what follows it, starts
+        # that much later (added after the replay, not replayed kernel by kernel)
+        for r in self.ranks:
+            comm = [(t.start_s, t.end_s) for t in r.tasks if t.stream in ("dp_comm", "dp_rs")]
+            comp = [(t.start_s, t.end_s) for t in r.tasks if t.stream == "compute" and t.phase != "step"]
+            tax = OVERLAP_SLOWDOWN * overlap_s(comm, comp)
+            if tax <= 0:
+                continue
+            step_start = min((t.start_s for t in r.tasks if t.phase == "step" and t.stream == "compute"),
+                             default=r.end_s)
+            for t in r.tasks:
+                if t.start_s >= step_start:
+                    t.start_s += tax
+                    t.end_s += tax
+                elif t.end_s > step_start:
+                    t.end_s += tax
+            total = max(total, r.end_s)
         return total
+
+
+def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
+    """Seconds during which some interval of ``a`` and some interval of ``b`` both run.
+
+    >>> overlap_s([(0, 2), (1, 3)], [(2.5, 4), (0, 0.5)])
+    1.0
+    """
+    def merged(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+        out: list[tuple[float, float]] = []
+        for x, y in sorted(iv):
+            if out and x <= out[-1][1]:
+                out[-1] = (out[-1][0], max(out[-1][1], y))
+            elif y > x:
+                out.append((x, y))
+        return out
+
+    ma, mb = merged(a), merged(b)
+    i = j = 0
+    tot = 0.0
+    while i < len(ma) and j < len(mb):
+        lo, hi = max(ma[i][0], mb[j][0]), min(ma[i][1], mb[j][1])
+        tot += max(0.0, hi - lo)
+        if ma[i][1] < mb[j][1]:
+            i += 1
+        else:
+            j += 1
+    return tot
 
 
 def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, slowdown: float = 1.0,

@@ -14,10 +14,11 @@ from .runs import METRICS, MeasuredRow, job_from_row
 def predicted_metric(pred: Prediction, metric: str) -> float:
     if metric == "iteration_time_s":
         return pred.step_time_s
+    # published MFU and TFLOP/s figures count attention in full (PaLM/Megatron): compare like with like
     if metric == "tflops_per_gpu":
-        return pred.tflops_per_gpu
+        return pred.tflops_per_gpu_full_attention
     if metric == "mfu":
-        return pred.mfu
+        return pred.mfu_full_attention
     if metric == "tokens_per_s_per_gpu":
         return pred.tokens_per_s / pred.job.cluster.num_gpus
     if metric == "peak_memory_bytes":
@@ -143,7 +144,7 @@ def fit_rows(rows: list[MeasuredRow], files: list[str] | None = None) -> list[Fi
         except ClusterTwinError:
             continue
         n = job.cluster.num_gpus
-        model_flops = job.model.flops_per_token(job.seq_len) * job.tokens_per_step
+        model_flops = job.model.flops_per_token(job.seq_len) * job.tokens_per_step   # published: attention in full
         per_s = {"iteration_time_s": None, "tokens_per_s_per_gpu": job.tokens_per_step / n,
                  "tflops_per_gpu": model_flops / n / 1e12,
                  "mfu": model_flops / n / job.cluster.gpu.peak(job.plan.precision)}[row.metric]

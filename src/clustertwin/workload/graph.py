@@ -82,12 +82,13 @@ class WorkloadGraph:
 def resolve_overlaps(plan: ResolvedPlan, fw: FrameworkProfile, gpus_per_node: int | None = None) -> ResolvedPlan:
     """Fill the plan's unset overlap options and attention kernel with the framework's defaults.
     TP overlap by default only where it is possible (``parallel.rules.tp_overlap_possible``: the TP
-    group in one NVLink domain of ``gpus_per_node``)."""
+    group in one NVLink domain of ``gpus_per_node``, and sequence parallelism on)."""
     update = {}
     for name in ("overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm"):
         if getattr(plan, name) is None:
             update[name] = getattr(fw, name)
-    if update.get("overlap_tp_comm") and gpus_per_node is not None and not tp_overlap_possible(plan.tp, gpus_per_node):
+    if update.get("overlap_tp_comm") and plan.tp > 1 and (
+            not plan.sp or (gpus_per_node is not None and not tp_overlap_possible(plan.tp, gpus_per_node))):
         update["overlap_tp_comm"] = False
     if plan.attention_kernel is None:
         update["attention_kernel"] = fw.attention_kernel
