@@ -304,6 +304,18 @@ def test_search_goodput_objective_chooses_plan_and_policy_together():
     pred = best.plans[0].prediction
     times = {p: estimate_goodput(pred, 1e11, policy=p, mtbf_s=HOUR).expected_time_to_train_s for p in COMPARED}
     assert times[best.plans[0].policy] == pytest.approx(min(times.values()))
+    # the search table names the chosen policy (short names, as goodput --compare-policies)
+    import io
+
+    from rich.console import Console
+
+    from clustertwin.report.console import print_all, search_tables
+    con = Console(width=80, file=io.StringIO(), record=True)
+    print_all(con, search_tables(best))
+    text = con.export_text()
+    assert "policy" in text and max(len(line) for line in text.splitlines()) <= 80
+    short = best.plans[0].policy.replace("in-memory-checkpoint", "in-mem").replace("hot-spare", "spare")
+    assert short.replace("elastic-dp", "elastic").replace("live-migration", "migrate").split("+")[0] in text
 
 
 def test_docstring_examples_run():
