@@ -382,3 +382,14 @@ def test_bad_detection_is_one_line_exit_2(capsys, args):
     assert main(JOB + args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: detection") and "\n" not in err
+
+
+def test_replan_rebalances_fail_slow_nodes_instead_of_draining_them():
+    common = dict(fleet="llama3-16k", mtbf_s=2 * HOUR)
+    el = estimate_goodput(small(), 1e12, policy="elastic-dp", **common)
+    rp = estimate_goodput(small(), 1e12, policy="replan", **common)
+    # a 10% slow node in one of 512 replicas, kept for a day's repair, costs less than a checkpoint + restart
+    f = load_fleet("llama3-16k").fail_slow
+    lost = (1 - (511 + 1 / (1 + f.slowdown)) / 512) * 86400
+    assert rp.policy.slow_cost_s == pytest.approx(f.detect_s * f.slowdown / (1 + f.slowdown) + 60 + lost)
+    assert rp.policy.slow_cost_s < el.policy.slow_cost_s

@@ -13,7 +13,7 @@ when nothing fails:
 | ``in-memory-checkpoint`` | as restart, but the checkpoint is a host-memory copy replicated to a peer node: tiny stall, so checkpoints every few steps and little rollback; load from the peer | 2 x the node's checkpoint shard of host memory | GEMINI (SOSP'23) |
 | ``hot-spare`` | (b) swap in a spare (1 min) instead of (c) rescheduling; spares come back from repair after ``repair_s`` (explicit pool in the Monte Carlo) | idle spare nodes (GPU-hours) | Gemini Ultra report (hot standbys); ByteRobust (warm standby) |
 | ``elastic-dp`` | (c) keep going on the surviving data-parallel replicas (the global batch is kept: survivors accumulate more micro-batches, so throughput is surviving / total replicas) until the replacement, asked for at detection, joins ``reschedule_s`` later, then a rejoin pause (init + copy of a node's state); a ZeRO-sharded optimizer loses its shard and reloads the checkpoint | nothing | Oobleck (SOSP'23), Bamboo (NSDI'23), ReCoVer |
-| ``replan`` | (c) re-plan for the surviving GPUs (the better of ``regrouped_throughput``, the survivors pooled into whole replicas, and ``replanner``: the search) and reload the checkpoint resharded; degraded throughput = old step / new step until the node returns, then re-plan back | nothing | ResiHP |
+| ``replan`` | fail-slow: micro-batches re-assigned by replica speed (``rebalanced_throughput``) until the node is repaired, instead of a drain; (c) re-plan for the surviving GPUs (the better of ``regrouped_throughput``, the survivors pooled into whole replicas, and ``replanner``: the search) and reload the checkpoint resharded; degraded throughput = old step / new step until the node returns, then re-plan back | nothing | ResiHP |
 | ``live-migration`` | (a)(b) detection + ~20 s migration to a standby that warmed up in a sandbox (no init, no storage load); planned interruptions and fail-slow nodes are migrated away (20 s) instead of restarted; (c) as restart | standby nodes (GPU-hours) | TrainMover (arXiv 2412.12636 v3: ~20 s downtime at 1,024 GPUs) |
 
 Combinations: any except ``restart`` with another (restart is the baseline) and ``elastic-dp`` with
@@ -213,6 +213,12 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
     drain = costs.blocking_s + costs.persist_s + rec.init_s + rec.load_s + rec.warmup_s + (
         rec.spare_swap_s if n_spares else rec.reschedule_s)
     slow_cost = fail_slow.detect_s * fail_slow.slowdown / (1.0 + fail_slow.slowdown) + (migration_s if live else drain)
+    if "replan" in parts and not live:
+        # ResiHP keeps the slow node and re-assigns micro-batches by replica speed (a re-plan pause), losing
+        # only the slow replica's missing speed until the node is repaired, instead of draining it
+        rebalanced = rebalanced_throughput(plan, 1.0 + fail_slow.slowdown)
+        slow_cost = min(slow_cost, fail_slow.detect_s * fail_slow.slowdown / (1.0 + fail_slow.slowdown) + replan_s
+                        + (1.0 - rebalanced) * config.repair_s)
     host_mem = 2.0 * costs.bytes_per_node_max if "in-memory-checkpoint" in parts else 0.0
     return PolicyEffects(name=policy_name(parts), parts=parts, branches_s=(in_place, spare_b, no_spare),
                          planned_cost_s=planned_cost, slow_cost_s=slow_cost, spares=n_spares, spare_gpus=n_spares * g,
