@@ -223,17 +223,43 @@ def _model_value(row_id: str) -> float | None:
     if row_id == "restart_16k":
         return estimate_goodput(llama3_405b(), 15.6e12).restart_time_s
     if row_id == "trainmover_waste":     # wasted GPU-hours (failures, spares; stragglers left out) vs the best
-        from clustertwin.reliability.policies import COMPARED   # policy without live migration, at 64K GPUs
-        waste = {}
-        for pol in COMPARED:
-            g = estimate_goodput(llama3_405b(65536, 512, 8192), 15.6e12, policy=pol, fleet="llama3-16k")
-            waste[pol] = g.gpu_hours - g.num_gpus * (g.ideal_time_to_train_s + g.lost_s["stragglers"]) / HOUR
+        waste = trainmover_waste_per_week()  # policy without live migration, at 64K GPUs
         best_other = min(v for k, v in waste.items() if "live-migration" not in k)
         return waste["in-memory-checkpoint+live-migration"] / best_other - 1.0
+    if row_id == "trainmover_saving_week":
+        waste = trainmover_waste_per_week()
+        return min(v for k, v in waste.items() if "live-migration" not in k) - waste["in-memory-checkpoint+live-migration"]
+    if row_id == "resihp_throughput":
+        p = llama2_70b_256()
+        return (estimate_goodput(p, 1e11, policy="replan").policy.degraded_throughput
+                / estimate_goodput(p, 1e11, policy="elastic-dp").policy.degraded_throughput)
+    if row_id == "resihp_failslow":
+        from clustertwin.reliability.policies import rebalanced_throughput
+        return rebalanced_throughput(llama2_70b_256().graph.plan, 2.0) / (1 / 2.0)
+    if row_id == "b200_gpu_failures":
+        return load_fleet("lablup-b200-504").job_rates_per_s(504, 8, 8)["gpu"] * 55 * 86400
     if row_id == "byterobust_ettr":
         return estimate_goodput(llama3_405b(9600, 75, 1200), 9.4e12, fleet="llama3-16k",
                                 policy="in-memory-checkpoint+hot-spare").effective_training_time_ratio
     return None
+
+
+@lru_cache(maxsize=None)
+def trainmover_waste_per_week(detection: str = "collective-tracing") -> dict[str, float]:
+    """GPU-hours wasted per week of the run (failures and spares; stragglers left out) by each policy, the
+    Llama 3 405B shape on 65,536 GPUs, every policy with the same detection."""
+    out = {}
+    for pol in COMPARED:
+        g = estimate_goodput(llama3_405b(65536, 512, 8192), 15.6e12, policy=pol, fleet="llama3-16k", detection=detection)
+        waste = g.gpu_hours - g.num_gpus * (g.ideal_time_to_train_s + g.lost_s["stragglers"]) / HOUR
+        out[pol] = waste / (g.expected_time_to_train_s / (7 * 86400))
+    return out
+
+
+@lru_cache(maxsize=None)
+def llama2_70b_256():
+    return predict("llama2-70b", gpu="h100", num_gpus=256, plan="tp=4,pp=4,dp=16", micro_batch=1, global_batch=1024,
+                   seq_len=4096)
 
 
 def published_rows() -> list[dict]:
@@ -278,6 +304,18 @@ def test_search_goodput_objective_chooses_plan_and_policy_together():
     pred = best.plans[0].prediction
     times = {p: estimate_goodput(pred, 1e11, policy=p, mtbf_s=HOUR).expected_time_to_train_s for p in COMPARED}
     assert times[best.plans[0].policy] == pytest.approx(min(times.values()))
+    # the search table names the chosen policy (short names, as goodput --compare-policies)
+    import io
+
+    from rich.console import Console
+
+    from clustertwin.report.console import print_all, search_tables
+    con = Console(width=80, file=io.StringIO(), record=True)
+    print_all(con, search_tables(best))
+    text = con.export_text()
+    assert "policy" in text and max(len(line) for line in text.splitlines()) <= 80
+    short = best.plans[0].policy.replace("in-memory-checkpoint", "in-mem").replace("hot-spare", "spare")
+    assert short.replace("elastic-dp", "elastic").replace("live-migration", "migrate").split("+")[0] in text
 
 
 def test_docstring_examples_run():
@@ -297,3 +335,61 @@ def test_degraded_running_is_played_out_in_the_monte_carlo():
     assert el.goodput > 1.5 * r.goodput
     assert el.monte_carlo.mean_s == pytest.approx(el.expected_time_to_train_s, rel=0.03)
     assert el.policy.degraded_s == pytest.approx(2 * HOUR - (el.policy.degraded_base_s - 300), rel=1e-9)
+
+
+# ---- detection, re-grouping, the B200 fleet (fourth round) ---------------------------------------------------
+
+def test_detection_depends_on_the_mechanism_not_the_policy():
+    fast = estimate_goodput(small(), 1e12, detection="collective-tracing", mtbf_s=2 * HOUR)
+    slow = estimate_goodput(small(), 1e12, detection="collective-timeout", mtbf_s=2 * HOUR)
+    assert (fast.recovery.detection_s, slow.recovery.detection_s) == (15.0, 600.0)
+    # the restart differs by exactly the detection difference in every branch
+    assert slow.restart_time_s - fast.restart_time_s == pytest.approx(585.0)
+    assert fast.expected_time_to_train_s < slow.expected_time_to_train_s
+    # defaults: health checks for restart, collective tracing for live migration; detection_s wins over both
+    assert estimate_goodput(small(), 1e12).recovery.detection == "health-check"
+    assert estimate_goodput(small(), 1e12, policy="live-migration").recovery.detection_s == 15.0
+    given = estimate_goodput(small(), 1e12, detection="collective-tracing", detection_s=42)
+    assert (given.recovery.detection_s, given.recovery.detection) == (42.0, "given")
+    with pytest.raises(ClusterTwinError, match="detection"):
+        estimate_goodput(small(), 1e12, detection="telepathy")
+
+
+def test_replan_regroups_survivors_into_whole_replicas():
+    from clustertwin.parallel import ParallelDims
+    from clustertwin.reliability.policies import rebalanced_throughput, regrouped_throughput
+    # TP4 PP4: a node holds two TP groups of two replicas; their 24 surviving GPUs make one more replica
+    assert regrouped_throughput(ParallelDims(tp=4, pp=4, dp=16), 8) == pytest.approx(15 / 16)
+    # TP8: a node is one TP group; the other 120 GPUs of its 128-GPU replica cannot make a whole one
+    assert regrouped_throughput(ParallelDims(tp=8, pp=16, dp=128), 8) == pytest.approx(127 / 128)
+    # fail-slow: rebalancing is never worse than waiting for the slow GPU, and equal at no slowdown
+    d = ParallelDims(tp=4, pp=4, dp=16)
+    assert rebalanced_throughput(d, 1.0) == 1.0
+    assert all(rebalanced_throughput(d, s) > 1 / s for s in (1.5, 2, 5))
+    with pytest.raises(ClusterTwinError, match="slowdown"):
+        rebalanced_throughput(d, 0.5)
+
+
+def test_b200_fleet_reproduces_its_report():
+    f = load_fleet("lablup-b200-504")
+    rates = f.job_rates_per_s(504, 8, 8)
+    assert rates["gpu"] * 55 * 86400 == pytest.approx(10)
+    assert rates["hbm"] == 0 and f.job_mttf_s(1008) == pytest.approx(f.job_mttf_s(504) / 2)
+
+
+@pytest.mark.parametrize("args", [["--detection", "telepathy"], ["--detection", "-5s"]])
+def test_bad_detection_is_one_line_exit_2(capsys, args):
+    assert main(JOB + args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: detection") and "\n" not in err
+
+
+def test_replan_rebalances_fail_slow_nodes_instead_of_draining_them():
+    common = dict(fleet="llama3-16k", mtbf_s=2 * HOUR)
+    el = estimate_goodput(small(), 1e12, policy="elastic-dp", **common)
+    rp = estimate_goodput(small(), 1e12, policy="replan", **common)
+    # a 10% slow node in one of 512 replicas, kept for a day's repair, costs less than a checkpoint + restart
+    f = load_fleet("llama3-16k").fail_slow
+    lost = (1 - (511 + 1 / (1 + f.slowdown)) / 512) * 86400
+    assert rp.policy.slow_cost_s == pytest.approx(f.detect_s * f.slowdown / (1 + f.slowdown) + 60 + lost)
+    assert rp.policy.slow_cost_s < el.policy.slow_cost_s

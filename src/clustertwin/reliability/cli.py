@@ -100,6 +100,10 @@ def register(app: typer.Typer) -> None:
                                                                help="USD per GPU-hour: cost, spares included"),
                 init_scaling: Optional[str] = typer.Option(None, "--init-scaling",
                                                            help="fixed | megascale | stock-megatron [default fixed]"),
+                detection: Optional[str] = typer.Option(None, "--detection",
+                                                        help="how failures are noticed: health-check (5 min) | "
+                                                             "collective-timeout (10 min) | collective-tracing (15 s) "
+                                                             "| a duration [default: the policy's]"),
                 replace_time: Optional[str] = typer.Option(None, "--replace-time",
                                                            help="time to get a replacement node, e.g. 5min [default 5min]"),
                 as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
@@ -124,6 +128,9 @@ def register(app: typer.Typer) -> None:
             raise SpecError("policy", "--policy and --compare-policies together",
                             "--compare-policies ranks every policy; drop --policy")
         parse_policy(policy)       # an unknown policy or a bad combination: one line before any pricing
+        if detection is not None:
+            from .recovery import detection_time_s
+            detection_time_s(detection)
         if fleet is not None:
             from .fleets import load_fleet
             load_fleet(fleet)
@@ -135,7 +142,8 @@ def register(app: typer.Typer) -> None:
                                   thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed,
                                   fleet=fleet, gpu_hour_price=gpu_hour_price, policy=policy,
                                   **({"init_scaling": init_scaling.strip().lower()} if init_scaling else {}),
-                                  **({"reschedule_s": replace_time} if replace_time else {}))
+                                  **({"reschedule_s": replace_time} if replace_time else {}),
+                                  **({"detection": detection} if detection else {}))
         pred = predict_job(job_from_options(job), profile)
         if not pred.fits:   # a time to train for a run that cannot start is a wrong answer, not a pessimistic one
             raise PlanError("plan", f"does not fit: {pred.memory.total_bytes / 2**30:,.1f} GiB of "
@@ -221,7 +229,8 @@ def recovery_tables(est) -> list:
         return []
     rows = [["policy", pol.name + (f" (fleet {est.fleet})" if est.fleet else "")],
             ["job MTTF", _dur(est.job_mttf_s)],
-            ["recovery", f"{_dur(est.restart_time_s)} mean: detect {_dur(rec.detection_s)}, init {_dur(rec.init_s)} "
+            ["recovery", f"{_dur(est.restart_time_s)} mean: detect {_dur(rec.detection_s)} ({rec.detection}), "
+                         f"init {_dur(rec.init_s)} "
                          f"({rec.init_scaling}), load {_dur(rec.load_s)} ({rec.load_from}), warm-up {_dur(rec.warmup_s)}"],
             ["node replaced", f"+{_dur(rec.reschedule_s)} (spare: +{_dur(rec.spare_swap_s)})"]]
     if pol.spare_gpus:

@@ -96,6 +96,21 @@ _LLAMA3_NODE_RATE = 419 / (LLAMA3_NODES * LLAMA3_HOURS)
 _FAIL_SLOW_ASSUMED = FailSlow(rate_per_node_hour=_LLAMA3_NODE_RATE / 10, slowdown=0.10, detect_s=600.0,
                               source="slowdown: MegaScale sec. 6.3 (~10%); rate and detection: assumed (not published)")
 
+# ---- the 504-GPU B200 operations report ---------------------------------------------------------------
+# Lablup Inc. et al. 2026, "From Detection to Recovery: Operational Analysis on LLM Pre-training with 504 GPUs"
+# (arXiv 2605.09370, abstract and sec. on failure precursor detection): 10 XID-identified GPU failures in 55 days of
+# Prometheus data on a 63-node NVIDIA B200 cluster (504 GPUs). XID errors cover the GPU and its HBM (ECC), so the
+# report's rate is the `gpu` class with `hbm` folded in; the report does not count software, network or host
+# interruptions, so those classes (and SDC, which raises no XID, and planned maintenance) keep Llama 3's Table 5 rates.
+B200_GPUS, B200_DAYS, B200_XID_FAILURES = 504, 55, 10
+_B200_RATES = dict(LLAMA3_16K.rates_per_unit_hour)
+_B200_RATES.update(gpu=B200_XID_FAILURES / (B200_GPUS * B200_DAYS * 24.0), hbm=0.0)
+B200_504 = LLAMA3_16K.model_copy(update={
+    "name": "lablup-b200-504",
+    "source": "Lablup et al. 2026 (arXiv 2605.09370): 10 XID GPU failures in 55 days on 504 B200 (gpu class, HBM "
+              "included); other classes and planned maintenance from Llama 3 Table 5 (not in the report)",
+    "rates_per_unit_hour": _B200_RATES})
+
 FLEETS: dict[str, Fleet] = {
     "llama3-16k": Fleet("llama3-16k", LLAMA3_16K.source, LLAMA3_16K, _FAIL_SLOW_ASSUMED),
     # Kokolis et al., HPCA'25 (arXiv 2410.21680): RSC-1 (16K A100) r_f = 6.50, RSC-2 (8K A100) 2.34 failures per
@@ -103,15 +118,17 @@ FLEETS: dict[str, Fleet] = {
     "meta-rsc": Fleet("meta-rsc", PRESETS["kokolis-rsc1"].source, PRESETS["kokolis-rsc1"], _FAIL_SLOW_ASSUMED),
     "meta-rsc2": Fleet("meta-rsc2", PRESETS["kokolis-rsc2"].source, PRESETS["kokolis-rsc2"], _FAIL_SLOW_ASSUMED),
     "opt-175b": Fleet("opt-175b", PRESETS["opt-175b"].source, PRESETS["opt-175b"], _FAIL_SLOW_ASSUMED),
+    "lablup-b200-504": Fleet("lablup-b200-504", B200_504.source, B200_504, _FAIL_SLOW_ASSUMED),
 }
 _FLEET_ALIASES = {"llama3": "llama3-16k", "meta-llama3": "llama3-16k", "rsc": "meta-rsc", "rsc-1": "meta-rsc",
                   "rsc1": "meta-rsc", "meta-rsc1": "meta-rsc", "kokolis-rsc1": "meta-rsc", "rsc-2": "meta-rsc2",
-                  "rsc2": "meta-rsc2", "kokolis-rsc2": "meta-rsc2"}
+                  "rsc2": "meta-rsc2", "kokolis-rsc2": "meta-rsc2", "b200-504": "lablup-b200-504",
+                  "lablup-b200": "lablup-b200-504"}
 INIT_SCALINGS = ("fixed", "megascale", "stock-megatron")
 
 
 def load_fleet(spec: "str | Path | Fleet") -> Fleet:
-    """A fleet preset (llama3-16k, meta-rsc, meta-rsc2, opt-175b) or a YAML/JSON file::
+    """A fleet preset (llama3-16k, meta-rsc, meta-rsc2, opt-175b, lablup-b200-504) or a YAML/JSON file::
 
         name: my-fleet
         source: "where the numbers come from"

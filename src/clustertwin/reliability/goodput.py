@@ -82,6 +82,8 @@ class GoodputOptions(Frozen):
     fleet: Union[str, Path, Any, None] = Field(None, description="fleet preset or file; sets the failure model")
     policy: str = "restart"
     stop_s: float | None = None
+    detection: Union[str, float, None] = Field(None, description="how failures are noticed: a mechanism of "
+                                               "recovery.DETECTION or a duration; default the policy's")
     init_scaling: Literal["fixed", "megascale", "stock-megatron"] | None = None
     migration_s: float | None = Field(None, ge=0)
     replan_s: float | None = Field(None, ge=0)
@@ -129,6 +131,15 @@ class GoodputOptions(Frozen):
         if isinstance(v, str) and v.strip().lower() == "best":
             return "best"
         return policy_name(parse_policy(v))
+
+    @field_validator("detection", mode="before")
+    @classmethod
+    def _detection(cls, v):
+        from .recovery import DETECTION, detection_time_s
+        if v is None:
+            return v
+        detection_time_s(v)
+        return v.strip().lower() if isinstance(v, str) and v.strip().lower() in DETECTION else v
 
     @field_validator("detection_s", "reschedule_s", "spare_swap_s", "init_s", "repair_s", "stop_s", mode="before")
     @classmethod
@@ -486,7 +497,7 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
     """Turn a prediction and the options into the run model's parameters (and the pieces behind them)."""
     from .fleets import FailSlow, load_fleet
     from .policies import parse_policy, policy_effects, spares_for, uses_spares
-    from .recovery import RecoveryParts, init_time_s
+    from .recovery import DETECTION, RecoveryParts, detection_time_s, init_time_s, policy_detection
     job = prediction.job
     cluster = job.cluster
     steps = _count_steps(tokens, job.tokens_per_step)
@@ -528,13 +539,22 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
         cfg_fields["init_scaling"] = fleet.init_scaling
     cfg = CheckpointConfig(**cfg_fields)
     cfg = cfg.model_copy(update={"init_s": init_time_s(cfg.init_scaling, cfg.init_s, cluster.num_gpus)})
+    # detection: an explicit detection_s, else a mechanism (--detection), else the policy's mechanism
+    if opts.detection_s is not None:
+        mechanism = "given"
+    else:
+        mechanism = opts.detection if opts.detection is not None else policy_detection(parts)
+        cfg = cfg.model_copy(update={"detection_s": detection_time_s(mechanism)})
+        if not isinstance(mechanism, str) or mechanism not in DETECTION:
+            mechanism = "given"
+
     if uses_spares(parts) and opts.hot_spares is None:
         cfg = cfg.model_copy(update={"hot_spares": spares_for(replace_rate, cfg.repair_s)})
     costs = checkpoint_costs(prediction, cfg)
     rec = RecoveryParts(detection_s=cfg.detection_s, stop_s=cfg.stop_s, reschedule_s=cfg.reschedule_s,
                         spare_swap_s=cfg.spare_swap_s, init_s=cfg.init_s, load_s=costs.load_s,
                         load_from="peer memory" if cfg.mode == "in-memory" else "storage",
-                        warmup_s=cfg.warmup_steps * step_eff, init_scaling=cfg.init_scaling)
+                        warmup_s=cfg.warmup_steps * step_eff, init_scaling=cfg.init_scaling, detection=mechanism)
     replan_step, replan_source = opts.replan_step_time_s, ("given" if opts.replan_step_time_s else None)
     if "replan" in parts and replan_step is None and opts.replanner is not None:
         got = opts.replanner(prediction, cluster.num_gpus - cluster.gpus_per_node)

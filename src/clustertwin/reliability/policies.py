@@ -13,7 +13,7 @@ when nothing fails:
 | ``in-memory-checkpoint`` | as restart, but the checkpoint is a host-memory copy replicated to a peer node: tiny stall, so checkpoints every few steps and little rollback; load from the peer | 2 x the node's checkpoint shard of host memory | GEMINI (SOSP'23) |
 | ``hot-spare`` | (b) swap in a spare (1 min) instead of (c) rescheduling; spares come back from repair after ``repair_s`` (explicit pool in the Monte Carlo) | idle spare nodes (GPU-hours) | Gemini Ultra report (hot standbys); ByteRobust (warm standby) |
 | ``elastic-dp`` | (c) keep going on the surviving data-parallel replicas (the global batch is kept: survivors accumulate more micro-batches, so throughput is surviving / total replicas) until the replacement, asked for at detection, joins ``reschedule_s`` later, then a rejoin pause (init + copy of a node's state); a ZeRO-sharded optimizer loses its shard and reloads the checkpoint | nothing | Oobleck (SOSP'23), Bamboo (NSDI'23), ReCoVer |
-| ``replan`` | (c) re-plan for the surviving GPUs (``replanner``: the search; without one, the same plan on the surviving replicas) and reload the checkpoint resharded; degraded throughput = old step / new step until the node returns, then re-plan back | nothing | ResiHP |
+| ``replan`` | fail-slow: micro-batches re-assigned by replica speed (``rebalanced_throughput``) until the node is repaired, instead of a drain; (c) re-plan for the surviving GPUs (the better of ``regrouped_throughput``, the survivors pooled into whole replicas, and ``replanner``: the search) and reload the checkpoint resharded; degraded throughput = old step / new step until the node returns, then re-plan back | nothing | ResiHP |
 | ``live-migration`` | (a)(b) detection + ~20 s migration to a standby that warmed up in a sandbox (no init, no storage load); planned interruptions and fail-slow nodes are migrated away (20 s) instead of restarted; (c) as restart | standby nodes (GPU-hours) | TrainMover (arXiv 2412.12636 v3: ~20 s downtime at 1,024 GPUs) |
 
 Combinations: any except ``restart`` with another (restart is the baseline) and ``elastic-dp`` with
@@ -89,6 +89,38 @@ def replicas_lost_per_node(plan, gpus_per_node: int) -> int:
     return max(1, min(plan.dp, gpus_per_node // max(1, plan.tp * plan.cp)))
 
 
+def regrouped_throughput(plan, gpus_per_node: int) -> float:
+    """Throughput (fraction of healthy) after one node fails when the survivors are re-grouped, as ResiHP's
+    scheduler does (arXiv 2605.06374: it resizes parallel groups, re-partitions the model and re-schedules the
+    micro-batches): the replicas the node broke pool their surviving GPUs into as many whole replicas of the
+    same shape as they fill, and the global batch's micro-batches are re-assigned over the replicas left
+    (fractionally, as ``elastic-dp`` prices it). Elastic-dp keeps only the unbroken replicas.
+
+    >>> from clustertwin.parallel import ParallelDims
+    >>> round(regrouped_throughput(ParallelDims(tp=4, pp=4, dp=16), 8), 4)   # 2 broken replicas, 24 survivors
+    0.9375
+    """
+    r = replicas_lost_per_node(plan, gpus_per_node)
+    replica = plan.tp * plan.cp * plan.pp
+    pooled = max(0, r * replica - gpus_per_node) // replica
+    return (plan.dp - r + pooled) / plan.dp
+
+
+def rebalanced_throughput(plan, slowdown: float) -> float:
+    """Throughput (fraction of healthy) with one GPU ``slowdown`` times slower (fail-slow) when the
+    micro-batches are re-assigned in proportion to each data-parallel replica's speed (ResiHP's straggler-
+    aware scheduling): the replica holding the slow GPU runs at 1/slowdown and takes that share of the work,
+    the others run at full speed. A system that keeps the plan waits for the slow GPU: 1/slowdown.
+
+    >>> from clustertwin.parallel import ParallelDims
+    >>> round(rebalanced_throughput(ParallelDims(tp=4, pp=4, dp=16), 2.0), 4)
+    0.9688
+    """
+    if not (slowdown >= 1.0):
+        raise SpecError("slowdown", f"{slowdown!r} must be at least 1 (times slower)", "e.g. 2.0")
+    return (plan.dp - 1 + 1.0 / slowdown) / plan.dp
+
+
 @dataclass(frozen=True)
 class PolicyEffects:
     """What a policy does to the run model (all seconds unless named otherwise)."""
@@ -154,15 +186,17 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
             base = rec.detection_s + rec.stop_s + rec.init_s + load + rec.warmup_s
             rejoin = rec.init_s + copy_s + rec.warmup_s
         else:
+            # ResiHP's answers, best first: survivors re-grouped into whole replicas (never worse than keeping
+            # the plan on the unbroken replicas, elastic-dp's answer), or a searched uniform plan
+            regrouped = regrouped_throughput(plan, g)
             if replan_step_time_s is None or not (replan_step_time_s > 0):
-                degraded = (plan.dp - r) / plan.dp
-                replan_source = "same plan on the surviving replicas (no replanner given)"
-            else:   # never worse than keeping the plan on the surviving replicas (elastic-dp's answer)
+                degraded = regrouped
+                replan_source = "survivors re-grouped into whole replicas (no replanner given)"
+            else:
                 searched = min(1.0, prediction.step_time_s / replan_step_time_s)
-                same = (plan.dp - r) / plan.dp
-                degraded = max(searched, same)
-                if same > searched:
-                    replan_source = f"same plan on the surviving replicas (beats {replan_source}: {searched:.1%})"
+                degraded = max(searched, regrouped)
+                if regrouped >= searched:
+                    replan_source = f"survivors re-grouped into whole replicas (beats {replan_source}: {searched:.1%})"
             base = rec.detection_s + rec.stop_s + replan_s + rec.init_s + rec.load_s + rec.warmup_s
             rejoin = replan_s + rec.init_s + rec.load_s + rec.warmup_s
         # the replacement is asked for once the failure is detected and arrives reschedule_s later; the job
@@ -179,6 +213,12 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
     drain = costs.blocking_s + costs.persist_s + rec.init_s + rec.load_s + rec.warmup_s + (
         rec.spare_swap_s if n_spares else rec.reschedule_s)
     slow_cost = fail_slow.detect_s * fail_slow.slowdown / (1.0 + fail_slow.slowdown) + (migration_s if live else drain)
+    if "replan" in parts and not live:
+        # ResiHP keeps the slow node and re-assigns micro-batches by replica speed (a re-plan pause), losing
+        # only the slow replica's missing speed until the node is repaired, instead of draining it
+        rebalanced = rebalanced_throughput(plan, 1.0 + fail_slow.slowdown)
+        slow_cost = min(slow_cost, fail_slow.detect_s * fail_slow.slowdown / (1.0 + fail_slow.slowdown) + replan_s
+                        + (1.0 - rebalanced) * config.repair_s)
     host_mem = 2.0 * costs.bytes_per_node_max if "in-memory-checkpoint" in parts else 0.0
     return PolicyEffects(name=policy_name(parts), parts=parts, branches_s=(in_place, spare_b, no_spare),
                          planned_cost_s=planned_cost, slow_cost_s=slow_cost, spares=n_spares, spare_gpus=n_spares * g,

@@ -339,6 +339,16 @@ def plan_cell(text: str) -> str:
     return text.replace(",", ", ")
 
 
+_POLICY_SHORT = {"in-memory-checkpoint": "in-mem", "hot-spare": "spare", "elastic-dp": "elastic",
+                 "live-migration": "migrate"}
+
+
+def _policy_short(name: str | None) -> str:
+    """A resilience policy in a search table: in-memory-checkpoint+hot-spare -> in-mem+spare (the names of
+    `goodput --compare-policies`)."""
+    return "+".join(_POLICY_SHORT.get(x, x) for x in name.split("+")) if name else ""
+
+
 def search_tables(r: "SearchResult") -> list:
     """`clustertwin search`: what was searched, how many plans, what was pruned, the best plans (what
     limits each in a few words), what limits the best and how to relieve it, and the Pareto view of
@@ -371,6 +381,9 @@ def search_tables(r: "SearchResult") -> list:
     if any(p.goodput is not None for p in r.plans):
         cols.append(Col("goodput", "right"))
         cells.append(lambda p: f"{p.goodput * 100:.1f}%")
+    if any(getattr(p, "policy", None) for p in r.plans):    # --objective goodput: the policy priced (or chosen)
+        cols.append(Col("policy", flex="wrap"))
+        cells.append(lambda p: _policy_short(p.policy))
     if any(p.cost_usd is not None for p in r.plans):
         cols.append(Col("cost", "right"))
         cells.append(lambda p: f"${p.cost_usd:,.0f}" if p.cost_usd >= 100 else f"${p.cost_usd:,.2f}")
