@@ -144,3 +144,11 @@ def test_mid_size_bar_on_nvls_and_efa_runs(rows):
         (r,) = [r for r in rows if r.run_id.startswith(run) and r.nbytes == 16 * MiB]
         busbw_error = r.measured_s / r.model_s - 1
         assert abs(busbw_error) <= 0.25, (run, busbw_error)
+
+
+def test_fill_of_one_message_is_the_array_fill():
+    from clustertwin.cost.network import _fill_one
+    for b in (1e5, 3 * MiB, 16 * MiB, 200 * MiB, 3 * GiB):
+        for tree in (False, True):
+            assert _fill_one(b, 1e-11, 128, 2, 131072, tree) == pytest.approx(
+                pipeline_fill_s(b, 1e-11, 128, 2, 131072, tree))

@@ -200,6 +200,15 @@ def nvls_chunk_bytes(nbytes, lanes, max_chunk, tree):
     return float(out) if out.ndim == 0 else out
 
 
+def _fill_one(nbytes: float, inv: float, lanes: float, fill_rounds: float, max_chunk: float, tree: bool) -> float:
+    """``pipeline_fill_s`` of one message, in plain floats (the step model prices many one at a time)."""
+    c = max_chunk
+    for mult, size in (_NVLS_TREE_CUTS if tree else _NVLS_CUTS):
+        if nbytes < mult * lanes * c and c > size:
+            c = size
+    return fill_rounds * min(nbytes, lanes * c) * inv
+
+
 def pipeline_fill_s(nbytes, inv, lanes, fill_rounds, max_chunk, tree):
     """Seconds a chunked NVLS pipeline takes beyond bytes / bandwidth: ``fill_rounds`` (stages - 1) more
     rounds of lanes x chunk bytes (the whole message where it is less than one round) at the
@@ -235,7 +244,7 @@ class NetworkPricer:
         self.extra_intra = max(0.0, cluster.intra_node_latency_s - _lat("nvlink", "ring", "ll128"))
         self.extra_inter = max(0.0, cluster.inter_node_latency_s - _lat("net", "ring", "ll128"))
         self._options: dict[tuple[str, GroupPlacement], np.ndarray] = {}
-        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float]]] = {}
+        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float, float, float, float, bool]]] = {}
 
     # ---- the fabric --------------------------------------------------------------------------------
     def _taper(self, pl: GroupPlacement) -> float:
@@ -350,7 +359,7 @@ class NetworkPricer:
             tree_max = int(value("nccl.nvls_tree_max_chunk_bytes.many_nodes")) if nodes >= 4 else chunk
         return channels, chunk, tree_max
 
-    def _menu(self, kind: str, pl: GroupPlacement) -> list[tuple[float, float, int, int]]:
+    def _menu(self, kind: str, pl: GroupPlacement) -> list[tuple[float, ...]]:
         n, N, ppn = pl.size, pl.nodes, pl.ranks_per_node
         if n <= 1:
             return []
@@ -358,7 +367,7 @@ class NetworkPricer:
             return [(self._p2p_latency(pl, kind), BUS_FACTOR[kind](n) / self.bandwidth(pl, kind),
                      _RING, PROTOCOLS.index("simple"))]
         ar = kind == "all_reduce"
-        out: list[tuple[float, float, int, int]] = []
+        out: list[tuple[float, ...]] = []
         tier_hops = 2 * _HOP * max(0, self.switch_tiers(pl) - 1)
 
         def net_lat(algo: str, proto: str) -> float:
@@ -513,7 +522,7 @@ class NetworkPricer:
             menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL]), float(r[_OPS_COL]),
                                         float(r[_FILL_COL]), float(r[_CHUNK_COL]), int(r[_ALG_COL]) == _NVLS_TREE)
                                        for r in self.options(kind, pl)]
-        return min(lat + nbytes * inv + (pipeline_fill_s(nbytes, inv, lanes, fill, chunk, tree) if lanes else 0.0)
+        return min(lat + nbytes * inv + (_fill_one(nbytes, inv, lanes, fill, chunk, tree) if lanes else 0.0)
                    for lat, inv, lanes, fill, chunk, tree in menu)
 
     def estimate(self, kind: str, nbytes: float, pl: GroupPlacement, algorithm: str = "auto") -> CollectiveEstimate:
