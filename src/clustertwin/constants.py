@@ -386,6 +386,7 @@ _TUNING = ("NVIDIA/nccl src/graph/tuning.cc (commit 5067397c2676d5aed50042fc39e5
            "ncclTunerConstantsDefaults")
 _TUNING_MODEL = ("NVIDIA/nccl src/graph/tuning.cc (commit 5067397c2676d5aed50042fc39e5c8ee96eb0027) "
                  "ncclTopoTuneModel")
+_NVLS = "NVIDIA/nccl src/transport/nvls.cc (commit 5067397c2676d5aed50042fc39e5c8ee96eb0027)"
 _LAT = "collective latency: {what} of the {algo} algorithm with the {proto} protocol (NCCL's cost model)"
 _PROTOS = {"ll": "LL", "ll128": "LL128", "simple": "Simple"}
 
@@ -470,6 +471,33 @@ _NCCL: list[Constant] = [
              "assumed: Hopper's measured 0.61 scaled by NCCL's nvlsEfficiency Blackwell/Hopper 0.74/0.85 "
              "(tuning.cc); no Blackwell NVLS measurement at hand",
              "collective bandwidth: NVLink SHARP (NVLS) all-reduce algorithm bandwidth over the link peak"),
+    Constant("nccl.nvls_channels.hopper", 16, "channels",
+             _NVLS + " NVLS_NCHANNELS_SM90 16",
+             "collective time: NVLS chunk lanes (channels x one head per GPU) on Hopper"),
+    Constant("nccl.nvls_channels.blackwell_one_node", 24, "channels",
+             _NVLS + " NVLS_NCHANNELS_SM100_NVL 24 (compute capability 10 and up, one node)",
+             "collective time: NVLS chunk lanes on one Blackwell node"),
+    Constant("nccl.nvls_channels.blackwell_many_nodes", 32, "channels",
+             _NVLS + " NVLS_NCHANNELS_SM100 32 (compute capability 10 and up, several nodes; "
+             "ncclNvlsTreeSm100Tuning may set 24)",
+             "collective time: NVLS tree chunk lanes on Blackwell nodes"),
+    Constant("nccl.nvls_chunk_bytes", 131072, "bytes",
+             _NVLS + " NCCL_PARAM(NvlsChunkSize, \"NVLS_CHUNKSIZE\", 128 * 1024); cut to 64/32/16 KiB below "
+             "64x/8x/2x lanes x chunk (src/enqueue.cc calcCollChunking)",
+             "collective time: largest NVLS chunk; smaller messages get smaller chunks"),
+    Constant("nccl.nvls_tree_max_chunk_bytes.many_nodes", 65536, "bytes",
+             _NVLS + " ncclNvlsTuning: treeMaxChunkSize = 65536 when nNodes >= 4, else the NVLS chunk",
+             "collective time: largest NVLS tree chunk on four nodes or more"),
+    Constant("nccl.nvls_pipeline_stages", 3, "stages",
+             "NVIDIA/nccl src/device/all_reduce.h (commit 5067397c) RunWorkColl NVLS all-reduce, one node: three "
+             "warp groups a chunk passes in turn (scatter into the NVLS buffer, reduce and multicast through the "
+             "switch, gather out of it), each on the next chunk while the later one works on this",
+             "collective time: a chunked NVLS all-reduce takes (rounds + stages - 1) round times"),
+    Constant("nccl.nvls_tree_stages_per_level", 2, "stages",
+             "NVIDIA/nccl src/device/all_reduce.h RunWorkColl NVLS_TREE: the reduce group sends each chunk up the "
+             "tree over the network and the broadcast group receives it back down: one network hop each way per "
+             "level of the log2(nodes)-deep tree",
+             "collective time: extra pipeline stages of an NVLS tree all-reduce per tree level"),
     Constant("nccl.collnet_arity_latency_s", 0.4e-6, "s",
              _TUNING_MODEL + ": CollNet Direct latency + (ranks per node - 1) x 0.4 us 'arity serialization', twice",
              "collective latency: CollNet Direct (SHARP) all-reduce, per local rank"),

@@ -21,7 +21,13 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   nearly twice that), and each GPU of the chain sends the buffer up and down through its one
   NVSwitch port (half the link each way: NCCL's tree ratio .5).
 * **NVLS** (NVLink SHARP, all-reduce inside a Hopper/Blackwell NVSwitch node) and **NVLS tree**
-  (across nodes): the switch reduces, at the measured NVLS bandwidth.
+  (across nodes): the switch reduces, at the measured NVLS bandwidth. NCCL runs them as a pipeline of
+  chunks (``nvls_chunk_bytes``): nChannels x nHeads lanes, each a chunk at a time, the chunk cut from
+  128 KiB to 16-64 KiB below ~1 GiB (NVIDIA/nccl ``src/enqueue.cc`` calcCollChunking). A chunk passes
+  scatter, NVLS reduce and multicast, gather (and on NVLS tree the network hops up and down the tree)
+  one stage after the other (``src/device/all_reduce.h``), so a message of L rounds takes L + stages
+  - 1 round times. The fastest row wins with its fill counted (NCCL's own cost model has no such
+  term; the model assumes NCCL's pick is the fastest, so that more bandwidth is never slower).
 * **PAT** (all-gather / reduce-scatter with one rank per node, NCCL 2.23+): log-depth latency
   plus a linear term, at 0.75 of the ring's bandwidth.
 * **Broadcast**: NCCL runs it as a pipelined ring only; every rank receives the buffer once
@@ -81,9 +87,17 @@ _FAMILY_NEEDS = {
     "pat": "all-gather or reduce-scatter with one rank per node across nodes",
     "collnet": "all-reduce across nodes of a cluster with in_network_reduction: true (InfiniBand SHARP)",
 }
-# columns of a menu row: latency, seconds per byte, algorithm, protocol
-_COLS = 4
-_LAT_COL, _INV_COL, _ALG_COL, _PROTO_COL = range(_COLS)
+# columns of a menu row: latency, seconds per byte, algorithm, protocol, and for NCCL's chunked NVLS
+# pipelines: concurrent chunk lanes (nChannels x nHeads; 0: none), rounds of pipeline fill (stages - 1),
+# the largest chunk (bytes)
+_COLS = 7
+_LAT_COL, _INV_COL, _ALG_COL, _PROTO_COL, _OPS_COL, _FILL_COL, _CHUNK_COL = range(_COLS)
+_NO_PIPE = (0.0, 0.0, 0.0)
+# NVIDIA/nccl src/enqueue.cc calcCollChunking (commit 5067397c): the chunk drops to `size` while the
+# message is below `mult` x lanes x chunk (NVLS: 64x -> 64 KiB, 8x -> 32 KiB, 2x -> 16 KiB; NVLS tree:
+# 32x -> 256 KiB, 16x -> 128 KiB, 4x -> 64 KiB, 1x -> 32 KiB)
+_NVLS_CUTS = ((64, 65536), (8, 32768), (2, 16384))
+_NVLS_TREE_CUTS = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
 
 
 def _lat(tier: str, algo: str, proto: str) -> float:
@@ -105,6 +119,8 @@ _SWITCH_RADIX = value("cluster.switch_radix")
 _HOP = value("cluster.switch_hop_latency_s")
 _COLLNET_ARITY = value("nccl.collnet_arity_latency_s")
 _COLLNET_HOPPER = value("nccl.collnet_direct_efficiency.hopper")
+_NVLS_STAGES = int(value("nccl.nvls_pipeline_stages"))
+_NVLS_TREE_STAGES_PER_LEVEL = int(value("nccl.nvls_tree_stages_per_level"))
 
 
 @dataclass(frozen=True)
@@ -170,6 +186,39 @@ def _log2i(x: int) -> int:
     return max(0, int(x).bit_length() - 1)
 
 
+def nvls_chunk_bytes(nbytes, lanes, max_chunk, tree):
+    """The chunk NCCL's NVLS (``tree`` False) or NVLS tree (``tree`` True) all-reduce cuts a message of
+    ``nbytes`` into, with ``lanes`` = nChannels x nHeads chunks in flight and ``max_chunk`` its largest
+    chunk (NVIDIA/nccl src/enqueue.cc calcCollChunking: smaller chunks for smaller messages, so that
+    every lane gets several). Floats or arrays (``tree`` may be an array too)."""
+    def cut(cuts):
+        c = np.asarray(max_chunk, dtype=float) + 0.0 * np.asarray(nbytes, dtype=float)
+        for mult, size in cuts:
+            c = np.where((nbytes < mult * lanes * c) & (c > size), float(size), c)
+        return c
+    out = np.where(tree, cut(_NVLS_TREE_CUTS), cut(_NVLS_CUTS))
+    return float(out) if out.ndim == 0 else out
+
+
+def _fill_one(nbytes: float, inv: float, lanes: float, fill_rounds: float, max_chunk: float, tree: bool) -> float:
+    """``pipeline_fill_s`` of one message, in plain floats (the step model prices many one at a time)."""
+    c = max_chunk
+    for mult, size in (_NVLS_TREE_CUTS if tree else _NVLS_CUTS):
+        if nbytes < mult * lanes * c and c > size:
+            c = size
+    return fill_rounds * min(nbytes, lanes * c) * inv
+
+
+def pipeline_fill_s(nbytes, inv, lanes, fill_rounds, max_chunk, tree):
+    """Seconds a chunked NVLS pipeline takes beyond bytes / bandwidth: ``fill_rounds`` (stages - 1) more
+    rounds of lanes x chunk bytes (the whole message where it is less than one round) at the
+    algorithm's ``inv`` seconds per byte. Zero where ``lanes`` is 0 (a row without a chunk pipeline)."""
+    lanes_arr = np.asarray(lanes, dtype=float)
+    chunk = nvls_chunk_bytes(nbytes, np.maximum(lanes_arr, 1.0), max_chunk, tree)
+    out = np.where(lanes_arr > 0, fill_rounds * np.minimum(nbytes, lanes_arr * chunk) * inv, 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
 class NetworkPricer:
     def __init__(self, cluster: ClusterSpec, profile: HardwareProfile):
         self.cluster = cluster
@@ -195,7 +244,7 @@ class NetworkPricer:
         self.extra_intra = max(0.0, cluster.intra_node_latency_s - _lat("nvlink", "ring", "ll128"))
         self.extra_inter = max(0.0, cluster.inter_node_latency_s - _lat("net", "ring", "ll128"))
         self._options: dict[tuple[str, GroupPlacement], np.ndarray] = {}
-        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float]]] = {}
+        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float, float, float, float, bool]]] = {}
 
     # ---- the fabric --------------------------------------------------------------------------------
     def _taper(self, pl: GroupPlacement) -> float:
@@ -279,10 +328,38 @@ class NetworkPricer:
         key = (kind, pl)
         got = self._options.get(key)
         if got is None:
-            got = self._options[key] = np.array(self._menu(kind, pl), dtype=float).reshape(-1, _COLS)
+            rows = [tuple(r) + _NO_PIPE if len(r) == 4 else tuple(r) for r in self._menu(kind, pl)]
+            got = self._options[key] = np.array(rows, dtype=float).reshape(-1, _COLS)
         return got
 
-    def _menu(self, kind: str, pl: GroupPlacement) -> list[tuple[float, float, int, int]]:
+    def nvls_tuning(self, nodes: int, ppn: int) -> tuple[int, int, int]:
+        """(NVLS channels, chunk bytes, NVLS tree's largest chunk) NCCL sets for this node and span
+        (NVIDIA/nccl src/transport/nvls.cc ncclNvlsTuning and ncclNvlsTreeSm100Tuning, commit 5067397c;
+        the latter's GPU-to-NIC path conditions left out)."""
+        chunk = int(value("nccl.nvls_chunk_bytes"))
+        tree_max = 0
+        if self.arch == "blackwell":
+            channels = int(value("nccl.nvls_channels.blackwell_many_nodes" if nodes > 1
+                                 else "nccl.nvls_channels.blackwell_one_node"))
+            nic_gbps = self.cluster.node.nic_bandwidth_bytes_per_s / 1e9
+            if nodes == 2 and nic_gbps >= 48:
+                channels, tree_max = 32, 128 * 1024
+                if ppn <= 4:
+                    chunk = tree_max = 256 * 1024
+            elif nodes > 2 and nic_gbps >= 96:
+                if ppn <= 8:
+                    channels, chunk, tree_max = 24, 256 * 1024, 256 * 1024
+                else:
+                    channels, tree_max = 32, (128 if ppn < 32 else 64) * 1024
+            elif nodes > 2 and nic_gbps >= 48:
+                channels, tree_max = 24, 128 * 1024
+        else:
+            channels = int(value("nccl.nvls_channels.hopper"))
+        if not tree_max:
+            tree_max = int(value("nccl.nvls_tree_max_chunk_bytes.many_nodes")) if nodes >= 4 else chunk
+        return channels, chunk, tree_max
+
+    def _menu(self, kind: str, pl: GroupPlacement) -> list[tuple[float, ...]]:
         n, N, ppn = pl.size, pl.nodes, pl.ranks_per_node
         if n <= 1:
             return []
@@ -290,7 +367,7 @@ class NetworkPricer:
             return [(self._p2p_latency(pl, kind), BUS_FACTOR[kind](n) / self.bandwidth(pl, kind),
                      _RING, PROTOCOLS.index("simple"))]
         ar = kind == "all_reduce"
-        out: list[tuple[float, float, int, int]] = []
+        out: list[tuple[float, ...]] = []
         tier_hops = 2 * _HOP * max(0, self.switch_tiers(pl) - 1)
 
         def net_lat(algo: str, proto: str) -> float:
@@ -346,19 +423,27 @@ class NetworkPricer:
                 out.append((lat, 1.0 / bw, _TREE_ALGO, p))
         simple = PROTOCOLS.index("simple")
         if ar and self.nvls is not None and ppn > 1:
+            channels, chunk, tree_max = self.nvls_tuning(N, ppn)
+            lanes = channels * ppn          # nChannels x nHeads: one NVLS head per GPU of the node
+            stages = _NVLS_STAGES
             if N == 1:
-                out.append((_lat("base", "nvls", "simple") + nv_lat("nvls", "simple"), 1.0 / self.nvls, _NVLS, simple))
+                out.append((_lat("base", "nvls", "simple") + nv_lat("nvls", "simple"), 1.0 / self.nvls, _NVLS, simple,
+                            lanes, stages - 1, chunk))
             else:
                 node_nic = self.node_network(pl)
                 algbw = min(self.nvls, node_nic / (2.0 * (N - 1) / N))
                 lat = (_lat("base", "nvls_tree", "simple") + nv_lat("nvls", "simple")
                        + 2 * _log2i(N) * net_lat("nvls_tree", "simple"))
-                out.append((lat, 1.0 / algbw, _NVLS_TREE, simple))
+                # a chunk also climbs the tree's log2(N) levels and comes back down, a network hop each
+                tree_stages = stages + _NVLS_TREE_STAGES_PER_LEVEL * max(1, _log2i(N))
+                out.append((lat, 1.0 / algbw, _NVLS_TREE, simple, lanes, tree_stages - 1, min(chunk, tree_max)))
                 if self.cluster.in_network_reduction:
                     # NVLS + SHARP: each node sends its buffer up once and gets the reduction back once
+                    # (the switch's reduction one more stage: up and down one network hop)
                     algbw = min(self.nvls, node_nic)
                     lat = nv_lat("nvls", "simple") + net_lat("nvls", "simple")
-                    out.append((lat, 1.0 / algbw, _NVLS, simple))
+                    out.append((lat, 1.0 / algbw, _NVLS, simple, lanes, stages + _NVLS_TREE_STAGES_PER_LEVEL - 1,
+                                chunk))
         if ar and N > 1 and self.cluster.in_network_reduction:
             node_nic = self.node_network(pl)
             hopper = _COLLNET_HOPPER if self.arch in ("hopper", "blackwell") else 1.0
@@ -391,9 +476,19 @@ class NetworkPricer:
         opts = self.options(kind, pl)
         if not len(opts) or nbytes <= 0:
             return "none", "none", 0.0
+        i, t = self._pick(opts, nbytes)
+        return ALGORITHMS[int(opts[i, _ALG_COL])], PROTOCOLS[int(opts[i, _PROTO_COL])], t
+
+    @staticmethod
+    def _pick(opts: np.ndarray, nbytes: float) -> tuple[int, float]:
+        """(row, seconds): the fastest row for ``nbytes`` (latency + bytes / bandwidth + its chunk
+        pipeline's fill) and its time."""
         t = opts[:, _LAT_COL] + nbytes * opts[:, _INV_COL]
+        if np.any(opts[:, _OPS_COL] > 0):
+            t = t + pipeline_fill_s(nbytes, opts[:, _INV_COL], opts[:, _OPS_COL], opts[:, _FILL_COL],
+                                    opts[:, _CHUNK_COL], opts[:, _ALG_COL] == _NVLS_TREE)
         i = int(np.argmin(t))
-        return ALGORITHMS[int(opts[i, _ALG_COL])], PROTOCOLS[int(opts[i, _PROTO_COL])], float(t[i])
+        return i, float(t[i])
 
     # ---- pricing -----------------------------------------------------------------------------------
     def time(self, kind: str, nbytes: float, pl: GroupPlacement, node_dedup: tuple[int, ...] | None = None) -> float:
@@ -424,8 +519,11 @@ class NetworkPricer:
         key = (kind, pl)
         menu = self._lines.get(key)
         if menu is None:       # plain floats: one message at a time is faster without numpy
-            menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL])) for r in self.options(kind, pl)]
-        return min(lat + nbytes * inv for lat, inv in menu)
+            menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL]), float(r[_OPS_COL]),
+                                        float(r[_FILL_COL]), float(r[_CHUNK_COL]), int(r[_ALG_COL]) == _NVLS_TREE)
+                                       for r in self.options(kind, pl)]
+        return min(lat + nbytes * inv + (_fill_one(nbytes, inv, lanes, fill, chunk, tree) if lanes else 0.0)
+                   for lat, inv, lanes, fill, chunk, tree in menu)
 
     def estimate(self, kind: str, nbytes: float, pl: GroupPlacement, algorithm: str = "auto") -> CollectiveEstimate:
         """One collective priced as ``time`` prices it (``algorithm="auto"``: NCCL's pick, the same
@@ -454,10 +552,9 @@ class NetworkPricer:
             if not len(opts) or nbytes <= 0:
                 algo, proto, t, lat = "none", "none", 0.0, 0.0
             else:
-                tt = opts[:, _LAT_COL] + nbytes * opts[:, _INV_COL]
-                i = int(np.argmin(tt))
+                i, t = self._pick(opts, nbytes)
                 algo, proto = ALGORITHMS[int(opts[i, _ALG_COL])], PROTOCOLS[int(opts[i, _PROTO_COL])]
-                t, lat = float(tt[i]), float(opts[i, _LAT_COL])
+                lat = float(opts[i, _LAT_COL])
         algbw = nbytes / t if t > 0 else 0.0
         intra = inter = None
         if pl.ranks_per_node > 1 and n > 1:
@@ -481,11 +578,15 @@ class NetworkPricer:
                 raise ValueError("time_many prices ring collectives; use time() for an inter-node all-to-all")
             menus.append(self.options(kind, pl))
         width = max([len(m) for m in menus] + [1])
-        lat = np.full((len(placements), width), np.inf)
-        inv = np.zeros((len(placements), width))
+        table = np.zeros((len(placements), width, _COLS))
+        table[:, :, _LAT_COL] = np.inf
         for j, m in enumerate(menus):
-            lat[j, :len(m)] = m[:, 0]
-            inv[j, :len(m)] = m[:, 1]
+            table[j, :len(m)] = m
         nbytes = np.asarray(nbytes, dtype=float)
-        t = (lat[index] + nbytes[:, None] * inv[index]).min(axis=1)
+        rows = table[index]                                    # (collectives, width, columns)
+        t = rows[:, :, _LAT_COL] + nbytes[:, None] * rows[:, :, _INV_COL]
+        if np.any(rows[:, :, _OPS_COL] > 0):
+            t = t + pipeline_fill_s(nbytes[:, None], rows[:, :, _INV_COL], rows[:, :, _OPS_COL], rows[:, :, _FILL_COL],
+                                    rows[:, :, _CHUNK_COL], rows[:, :, _ALG_COL] == _NVLS_TREE)
+        t = t.min(axis=1)
         return np.where(np.isfinite(t) & (nbytes > 0), t, 0.0)

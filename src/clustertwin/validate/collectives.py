@@ -37,6 +37,17 @@ NIC_ASSUMED = {
 }
 
 
+# latency a network plugin adds to every network step, as the plugin reports it to NCCL (ncclNetProperties
+# latency, which NCCL's tuning.cc adds to each network step's latency, twice for Simple): run-id prefix ->
+# (seconds, source)
+_AWS_OFI = ("aws/aws-ofi-nccl src/platform-aws.cpp (commit 2daf7d303aa139a03140aa530957d10521e4478d) "
+            "platform_data_map")
+NET_PLUGIN_LATENCY = {
+    "aws-p4d": (75e-6, _AWS_OFI + ": p4d.24xlarge / p4de.24xlarge latency = 75.0 us"),
+    "aws-p5": (75e-6, _AWS_OFI + ": p5/p5e latency = 75.0 us"),
+}
+
+
 @dataclass(frozen=True)
 class Compared:
     run_id: str
@@ -83,6 +94,10 @@ def cluster_of(row: dict):
     if nics and int(row["nodes"]) > 1:
         node = cluster.node.model_copy(update={"nics_per_node": nics[0], "nic_bandwidth_bytes_per_s": nics[1] / 8})
         cluster = cluster.model_copy(update={"node": node})
+    for prefix, (extra, _source) in NET_PLUGIN_LATENCY.items():
+        if row["run_id"].startswith(prefix) and int(row["nodes"]) > 1:
+            # the cluster's figure is NCCL's LL128 ring step; the plugin's latency comes on top
+            cluster = cluster.model_copy(update={"inter_node_latency_s": cluster.inter_node_latency_s + extra})
     return cluster
 
 
