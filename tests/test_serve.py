@@ -271,3 +271,58 @@ def test_disaggregated_kv_transfer_is_cache_bytes_over_the_nics() -> None:
     expect = 1000 * s.kv_bytes_per_token / s.cluster.node.nic_bandwidth_per_gpu
     assert s.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2
     assert r.kv_transfer_s == pytest.approx(expect)
+
+
+# ---- named datasets and per-run traces -------------------------------------------------------------------
+def test_dataset_sampling_is_deterministic_and_from_the_published_sample() -> None:
+    from clustertwin.serve.dataset import get_dataset, sample
+    a_in, a_out = sample("sharegpt", 300, seed=7)
+    b_in, b_out = sample("sharegpt", 300, seed=7)
+    c_in, _ = sample("sharegpt", 300, seed=8)
+    assert (a_in == b_in).all() and (a_out == b_out).all() and not (a_in == c_in).all()
+    pool = get_dataset("sharegpt").input_lengths()
+    assert len(pool) == 1000 and int(pool.sum()) == 215196      # dstack's total_input_tokens for 1,000 prompts
+    assert set(a_in.tolist()) <= set(pool.tolist())
+    assert len(set(sample("sharegpt", 1000, seed=1)[0].tolist())) == len(set(pool.tolist()))   # no repeats first
+    assert (a_out == 194).all() and (sample("sharegpt", 5, output_len=64)[1] == 64).all()
+
+
+def test_dataset_without_published_lengths_is_refused_with_the_reason() -> None:
+    from clustertwin.errors import DataError
+    from clustertwin.serve.dataset import missing, sample
+    assert "input-length" in missing("openorca") and "input-length" in missing("mlperf-mixtral")
+    with pytest.raises(DataError):
+        sample("openorca", 10)
+    with pytest.raises(DataError):
+        sample("no-such-set", 10)
+
+
+def test_serve_draws_a_named_dataset(capsys) -> None:
+    r = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, dataset="sharegpt",
+                                     request_rate=2, num_requests=60, seed=3))
+    assert r.fits and len(set(r.sim.requests.input_len.tolist())) > 10
+    assert any(a.startswith("dataset sharegpt") for a in r.assumptions)
+    code, out, err = run(capsys, "serve", "--dataset", "openorca", "--num-requests", "5")
+    assert code == 2 and err.startswith("error: dataset:")
+
+
+def test_dataset_rows_are_predicted_from_a_trace_or_a_named_dataset(tmp_path) -> None:
+    """A `dataset` row replays the run's per-request lengths (serving_sources/lengths/<result file>.csv beside
+    the CSV), else draws the named dataset, else keeps its reason."""
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    head = src[0].split(",")
+    base = dict(zip(head, src[1].split(",")))
+    rows = []
+    for rid, url, ds in (("tr", "https://example.org/runs/run-a.json", "sharegpt"), ("ds", "", "sharegpt"),
+                         ("no", "", "openorca")):
+        d = dict(base, run_id=rid, source_url=url, input_len="", output_len="", dataset=ds, num_requests="40")
+        rows.append(",".join(d[h] for h in head))
+    (tmp_path / "runs.csv").write_text("\n".join([src[0], *rows]) + "\n", encoding="utf-8")
+    lengths = tmp_path / "serving_sources" / "lengths"
+    lengths.mkdir(parents=True)
+    (lengths / "run-a.csv").write_text("input_len,output_len\n" + "100,20\n" * 40, encoding="utf-8")
+    rep = validate_serving(read_serving_runs(tmp_path / "runs.csv"))
+    by = {r.run_id: r for r in rep.rows}
+    assert by["tr"].predicted and any("per-request" in a for a in by["tr"].assumptions)
+    assert by["ds"].predicted and by["ds"].predicted != by["tr"].predicted
+    assert by["no"].predicted is None and "openorca" in by["no"].reason

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
-from . import energy
+from . import dataset, energy
 from .engines import EngineProfile, get_engine
 from .sim import Requests, SimResult, Simulator, make_requests
 from .workload import KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
@@ -43,6 +43,7 @@ class ServeRequest:
     input_len: int | None = None
     output_len: int | None = None
     dataset_file: str | Path | None = None
+    dataset: str | None = None      # a named length distribution (serve/dataset.py), e.g. "sharegpt"
     concurrency: int | None = None
     request_rate: float | None = None
     workload: str | None = None     # offline | concurrency | poisson | static | trace (default from the above)
@@ -274,6 +275,17 @@ def requests_of(q: ServeRequest, workload: str, setup: ServeSetup, notes: list[s
         return req
     _check_len("input_len", q.input_len)
     _check_len("output_len", q.output_len)
+    if q.dataset is not None and workload != "trace":
+        if n is None:
+            n = 1000
+            notes.append("num_requests: 1000 (not given)")
+        inp_a, out_a = dataset.sample(q.dataset, n, seed=q.seed, output_len=q.output_len)
+        notes.append(dataset.describe(q.dataset))
+        limit = setup.model.max_seq_len
+        if int((inp_a + out_a).max()) > max(limit, 1):
+            raise SpecError("dataset", f"{q.dataset} requests exceed the model's context of {limit:,}",
+                            "choose a model with a longer context")
+        return make_requests(n, inp_a, out_a, workload=workload, request_rate=q.request_rate, seed=q.seed)
     if workload == "trace":
         raise SpecError("dataset_file", "missing for a trace workload", "give --dataset-file")
     inp = q.input_len if q.input_len is not None else 1024
