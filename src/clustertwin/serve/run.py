@@ -96,9 +96,8 @@ class ServeResult:
         if not self.fits:
             return float("nan")
         sim, s = self.sim, self.setup
-        gpus = s.replica_gpus * sim.replicas   # type: ignore[union-attr]
-        busy = sim.busy_s / max(sim.replicas * sim.duration_s, 1e-12)   # type: ignore[union-attr]
-        j = energy.energy_j(s.cluster.gpu.tdp_w, busy, sim.duration_s, gpus)   # type: ignore[union-attr]
+        j = energy.energy_j(s.cluster.gpu, sim.busy_by_kind_s, sim.duration_s, sim.replicas,   # type: ignore[union-attr]
+                            s.replica_gpus)
         return j / max(self._tokens()[0], 1.0)
 
     def latency(self, name: str) -> dict[str, float]:

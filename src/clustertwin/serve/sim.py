@@ -79,6 +79,7 @@ class SimResult:
     max_running: int = 0
     iterations: int = 0
     kv_transfer_s: float = 0.0
+    busy_by_kind_s: dict[str, float] = field(default_factory=dict)   # busy_s split: tensor, memory, comm, wait
 
     @property
     def duration_s(self) -> float:
@@ -167,6 +168,7 @@ class Simulator:
         self._tok: dict[int, tuple] = {}
         self._head: dict[int, tuple] = {}
         self.waste = (self.e.block_size - 1) / 2.0
+        self._kind_s = [0.0, 0.0, 0.0, 0.0]   # tensor, memory, comm, wait (overhead) seconds of run()
 
     # ---- one iteration's time ------------------------------------------------------------------
     def step_time(self, prefill: list[tuple[int, int]], n_dec: int, dec_ctx: int) -> float:
@@ -177,13 +179,20 @@ class Simulator:
         g, mb, comm = _interp_cache(p.tokens_part, -(-tokens // micro), self._tok)
         hg, hm = _interp_cache(p.head_part, max(1, -(-seqs // micro)), self._head)
         dg, dm = p.decode_attention_per_token
-        att = (dg + dm) * dec_ctx / micro
+        ag, am = dg * dec_ctx / micro, dm * dec_ctx / micro
         for q, c in prefill:
             pg, pm = p.prefill_attention(q, c)
-            att += (pg + pm) / micro
-        gpu = g + mb + comm + hg + hm + att
+            ag, am = ag + pg / micro, am + pm / micro
+        tensor, memory = g + hg + ag, mb + hm + am
+        gpu = tensor + memory + comm
         graph = not prefill and seqs <= self.e.cuda_graph_max_batch
-        return gpu + p.overhead(gpu, graph)
+        over = p.overhead(gpu, graph)
+        k = self._kind_s    # busy seconds by power kind (serve/energy.py): the step breakdown's buckets
+        k[0] += tensor
+        k[1] += memory
+        k[2] += comm
+        k[3] += over
+        return gpu + over
 
     # ---- the run -------------------------------------------------------------------------------
     def run(self, req: Requests, *, concurrency: int | None = None) -> SimResult:
@@ -198,6 +207,7 @@ class Simulator:
         itl_d: list[float] = []
         itl_w: list[int] = []
         stats: dict[str, float] = {"busy": 0.0, "pre": 0, "maxrun": 0, "iters": 0, "xfer": 0.0}
+        self._kind_s = [0.0, 0.0, 0.0, 0.0]
         if self.disagg:
             npf, ndc = self.disagg
             reps = [_Replica(i, "prefill", self.capacity) for i in range(npf)] + \
@@ -411,7 +421,7 @@ class Simulator:
             first[np.isnan(first)] = np.inf
         return SimResult(req, first, finish, start, np.asarray(itl_d), np.asarray(itl_w, dtype=float),
                          stats["busy"], len(reps), int(stats["pre"]), int(stats["maxrun"]), int(stats["iters"]),
-                         stats["xfer"])
+                         stats["xfer"], dict(zip(("tensor", "memory", "comm", "wait"), self._kind_s)))
 
     def _enter_decode(self, r: _Replica, rid: int, cur_in: np.ndarray, remaining: np.ndarray) -> None:
         """``rid`` (its prompt in the cache, ``remaining`` tokens still to emit) decodes from the next
