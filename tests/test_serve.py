@@ -337,3 +337,45 @@ def test_dataset_rows_are_predicted_from_a_trace_or_a_named_dataset(tmp_path) ->
     assert by["tr"].predicted and any("per-request" in a for a in by["tr"].assumptions)
     assert by["ds"].predicted and by["ds"].predicted != by["tr"].predicted
     assert by["no"].predicted is None and "openorca" in by["no"].reason
+
+
+# ---- engine options: attention data parallelism, multi-step scheduling, eager ------------------------
+def test_attention_dp_keeps_flops_and_splits_the_mla_cache_over_ranks() -> None:
+    m = load_model("deepseek-v3")
+    tp = setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8")
+    adp = setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", attention_dp=8)
+    # MLA caches its latent on every TP rank; data-parallel attention keeps a sequence on one rank
+    assert adp.kv_bytes_per_token == pytest.approx(tp.kv_bytes_per_token / 8)
+    def flops(s, names):
+        return sum(2 * b * r * n * k for name, b, r, n, k, _ in s.gemms(64, True) if name in names)
+    weights = lambda s: sum(w for name, *_, w in s.gemms(64, True) if name.startswith("attn"))  # noqa: E731
+    split = ("attn.q_b", "attn.kv_b", "attn.o")          # head-split under TP: the same work per GPU
+    assert flops(adp, split) == pytest.approx(flops(tp, split), rel=1e-9)
+    shared = ("attn.q_a", "attn.kv_a")                   # replicated under TP, each rank's own tokens under DP
+    assert flops(adp, shared) == pytest.approx(flops(tp, shared) / 8, rel=1e-9)
+    assert weights(adp) > 4 * weights(tp) and adp.weight_bytes_per_gpu > tp.weight_bytes_per_gpu
+    assert m.mla is not None
+    with pytest.raises(Exception):
+        setup("deepseek-v3", "h200", 8, tp=8, ep=8, attention_dp=4)
+
+
+def test_multi_step_scheduling_delays_admission_not_decode() -> None:
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=256, output_len=128, request_rate=8,
+             num_requests=150, seed=1)
+    one = predict_serving(ServeRequest(**q))
+    ten = predict_serving(ServeRequest(**q, num_scheduler_steps=10))
+    assert ten.latency("ttft_s")["mean"] > one.latency("ttft_s")["mean"]      # arrivals wait for the run
+    assert ten.latency("itl_s")["p50"] > 5 * one.latency("itl_s")["p50"]       # tokens stream once per run
+    assert ten.output_tokens_per_s == pytest.approx(one.output_tokens_per_s, rel=0.05)
+
+
+def test_engine_flags_in_notes_reach_the_request() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = "vllm serve --num-scheduler-steps 10 --enforce-eager"
+    notes: list[str] = []
+    q = request_of(row, notes)
+    assert q.num_scheduler_steps == 10 and q.enforce_eager and "adp=1" in q.plan
+    row.update(notes="--tp 2 --enable-dp-attention", tp="2", num_gpus="2", dp_replicas="1")
+    assert "adp=2" in request_of(row, []).plan

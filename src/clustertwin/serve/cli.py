@@ -161,6 +161,10 @@ def register(app: typer.Typer) -> None:
                                                                  help="tokens per iteration [engine's]"),
             disaggregate: Optional[str] = typer.Option(None, "--disaggregate",
                                                        help='prefill:decode replicas, e.g. "1:1" (dp split)'),
+            num_scheduler_steps: Optional[int] = typer.Option(None, "--num-scheduler-steps",
+                                                              help="decode iterations per scheduling decision "
+                                                              "(vLLM multi-step) [1]"),
+            enforce_eager: bool = typer.Option(False, "--enforce-eager", help="no CUDA graphs"),
             seed: int = typer.Option(0, "--seed", help="seed of the arrival process"),
             html: Optional[Path] = typer.Option(None, "--html", help="also write a page: latency distributions "
                                                 "and the throughput-latency curve over request rate"),
@@ -174,7 +178,8 @@ def register(app: typer.Typer) -> None:
                          kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
                          dataset_file=dataset_file, dataset=dataset, concurrency=concurrency,
                          request_rate=request_rate, workload=workload, num_requests=num_requests, max_num_seqs=max_num_seqs,
-                         max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed)
+                         max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed,
+                         num_scheduler_steps=num_scheduler_steps, enforce_eager=enforce_eager)
         r = predict_serving(q)
         if html is not None:
             from ..report.serving import render_serving_html

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -185,6 +186,27 @@ def model_of(r: dict, notes: list[str]):
 
 TRACE_DIR = Path("serving_sources") / "lengths"
 
+# engine flags a row's notes quote (the schema has no column for them): (pattern, what it sets)
+_FLAGS = (
+    (re.compile(r"enable_attention_dp|--enable-dp-attention"), "adp"),
+    (re.compile(r"--num-scheduler-steps?[ =](\d+)"), "num_scheduler_steps"),
+    (re.compile(r"--enforce-eager|--disable-cuda-graph"), "enforce_eager"),
+)
+
+
+def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
+    """Engine options the row's ``notes`` state as launch flags: attention data parallelism, vLLM
+    multi-step scheduling, no CUDA graphs."""
+    text = _cell(r, "notes")
+    out: dict[str, Any] = {}
+    for pat, key in _FLAGS:
+        m = pat.search(text)
+        if not m:
+            continue
+        out[key] = int(m.group(1)) if m.groups() else True
+        notes.append(f"notes: {m.group(0)} -> {key}")
+    return out
+
 
 def trace_of(r: dict, base_dir: Path | None) -> Path | None:
     """The run's own per-request lengths, when published: ``serving_sources/lengths/<result file>.csv``
@@ -264,8 +286,10 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
     gpu = _cell(r, "gpu")
     if not gpu:
         raise DataError("gpu", "empty", "fill the catalog GPU name")
-    return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp,
-                        plan=f"tp={tp},pp={pp},ep={ep},dp={dp}", engine=_cell(r, "engine") or "vllm",
+    flags = engine_flags(r, notes)
+    adp = tp if flags.pop("adp", False) and tp > 1 else 1
+    return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp, **flags,
+                        plan=f"tp={tp},pp={pp},ep={ep},dp={dp},adp={adp}", engine=_cell(r, "engine") or "vllm",
                         precision=precision, kv_cache_dtype=kv, workload=workload,
                         num_requests=n, max_num_seqs=max_batch, **lengths, **kw)
 
