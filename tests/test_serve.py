@@ -13,7 +13,6 @@ from clustertwin.catalog import cluster_for_gpu, load_gpu, load_model
 from clustertwin.cli import main
 from clustertwin.serve import (ServeRequest, ServeSetup, Simulator, StepPricer, get_engine, make_requests, memory_plan,
                                parse_slo, predict_serving)
-from clustertwin.serve.energy import average_power_w
 from clustertwin.validate.serving import is_serving_csv, read_serving_runs, validate_serving
 
 DATA = Path(__file__).parent / "data"
@@ -149,13 +148,25 @@ def test_static_batch_and_disaggregation_and_trace(tmp_path) -> None:
     assert tr.workload == "trace" and len(tr.sim.requests) == 30
 
 
-def test_energy_between_idle_and_tdp() -> None:
-    assert average_power_w(700, 0) == pytest.approx(70)
-    assert average_power_w(700, 1) == pytest.approx(700)
+def test_energy_between_static_and_tdp_and_monotone_in_power() -> None:
+    from clustertwin.cost import power
+    from clustertwin.serve.energy import energy_j
     r = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, num_requests=50))
+    g = r.setup.cluster.gpu
     e = r.energy_per_output_token_j
     tokens = r.sim.requests.output_len.sum()
-    assert 70 * r.sim.duration_s / tokens <= e <= 700 * r.sim.duration_s / tokens
+    kinds = r.sim.busy_by_kind_s
+    assert sum(kinds.values()) == pytest.approx(r.sim.busy_s)          # the breakdown covers the busy time
+    assert power.static_power(g) * r.sim.duration_s / tokens < e < g.tdp_w * r.sim.duration_s / tokens
+    # a second of tensor work costs more than one of memory work, which costs more than waiting
+    base = {"tensor": 1.0, "memory": 1.0, "comm": 1.0, "wait": 1.0}
+    for hot, cold in (("tensor", "memory"), ("memory", "wait")):
+        more = dict(base, **{hot: base[hot] + 1.0})
+        less = dict(base, **{cold: base[cold] + 1.0})
+        assert energy_j(g, more, 10.0, 1, 1) > energy_j(g, less, 10.0, 1, 1)
+    # energy follows the power model: a lower-power part of the same work (a 500 W cap) draws less
+    capped = g.model_copy(update={"rated_tdp_w": g.rated_tdp_w or g.tdp_w, "tdp_w": 0.7 * g.tdp_w})
+    assert energy_j(capped, kinds, r.sim.duration_s, 1, 1) < energy_j(g, kinds, r.sim.duration_s, 1, 1)
 
 
 def test_slo_parsing() -> None:
@@ -241,7 +252,7 @@ def test_serving_validation_never_loses_a_row(capsys) -> None:
     rows = read_serving_runs(DATA / "serving_runs_small.csv")
     rep = validate_serving(rows)
     assert len(rep.rows) == 6
-    assert len(rep.ok_rows) == 4 and len(rep.failed_rows) == 2
+    assert len(rep.ok_rows) == 5 and len(rep.failed_rows) == 1     # the sharegpt row draws the named dataset
     assert all(r.reason for r in rep.failed_rows)
     assert any("dp_replicas empty" in a for r in rep.rows for a in r.assumptions)
     code, out, err = run(capsys, "validate", str(DATA / "serving_runs_small.csv"), "--json")
@@ -271,3 +282,100 @@ def test_disaggregated_kv_transfer_is_cache_bytes_over_the_nics() -> None:
     expect = 1000 * s.kv_bytes_per_token / s.cluster.node.nic_bandwidth_per_gpu
     assert s.kv_bytes_per_token == 32 * 8 * 128 * 2 * 2
     assert r.kv_transfer_s == pytest.approx(expect)
+
+
+# ---- named datasets and per-run traces -------------------------------------------------------------------
+def test_dataset_sampling_is_deterministic_and_from_the_published_sample() -> None:
+    from clustertwin.serve.dataset import get_dataset, sample
+    a_in, a_out = sample("sharegpt", 300, seed=7)
+    b_in, b_out = sample("sharegpt", 300, seed=7)
+    c_in, _ = sample("sharegpt", 300, seed=8)
+    assert (a_in == b_in).all() and (a_out == b_out).all() and not (a_in == c_in).all()
+    pool = get_dataset("sharegpt").input_lengths()
+    assert len(pool) == 1000 and int(pool.sum()) == 215196      # dstack's total_input_tokens for 1,000 prompts
+    assert set(a_in.tolist()) <= set(pool.tolist())
+    assert len(set(sample("sharegpt", 1000, seed=1)[0].tolist())) == len(set(pool.tolist()))   # no repeats first
+    assert (a_out == 194).all() and (sample("sharegpt", 5, output_len=64)[1] == 64).all()
+
+
+def test_dataset_without_published_lengths_is_refused_with_the_reason() -> None:
+    from clustertwin.errors import DataError
+    from clustertwin.serve.dataset import missing, sample
+    assert "input-length" in missing("openorca") and "input-length" in missing("mlperf-mixtral")
+    with pytest.raises(DataError):
+        sample("openorca", 10)
+    with pytest.raises(DataError):
+        sample("no-such-set", 10)
+
+
+def test_serve_draws_a_named_dataset(capsys) -> None:
+    r = predict_serving(ServeRequest(model="llama3-8b", gpu="h100-sxm", num_gpus=1, dataset="sharegpt",
+                                     request_rate=2, num_requests=60, seed=3))
+    assert r.fits and len(set(r.sim.requests.input_len.tolist())) > 10
+    assert any(a.startswith("dataset sharegpt") for a in r.assumptions)
+    code, out, err = run(capsys, "serve", "--dataset", "openorca", "--num-requests", "5")
+    assert code == 2 and err.startswith("error: dataset:")
+
+
+def test_dataset_rows_are_predicted_from_a_trace_or_a_named_dataset(tmp_path) -> None:
+    """A `dataset` row replays the run's per-request lengths (serving_sources/lengths/<result file>.csv beside
+    the CSV), else draws the named dataset, else keeps its reason."""
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    head = src[0].split(",")
+    base = dict(zip(head, src[1].split(",")))
+    rows = []
+    for rid, url, ds in (("tr", "https://example.org/runs/run-a.json", "sharegpt"), ("ds", "", "sharegpt"),
+                         ("no", "", "openorca")):
+        d = dict(base, run_id=rid, source_url=url, input_len="", output_len="", dataset=ds, num_requests="40")
+        rows.append(",".join(d[h] for h in head))
+    (tmp_path / "runs.csv").write_text("\n".join([src[0], *rows]) + "\n", encoding="utf-8")
+    lengths = tmp_path / "serving_sources" / "lengths"
+    lengths.mkdir(parents=True)
+    (lengths / "run-a.csv").write_text("input_len,output_len\n" + "100,20\n" * 40, encoding="utf-8")
+    rep = validate_serving(read_serving_runs(tmp_path / "runs.csv"))
+    by = {r.run_id: r for r in rep.rows}
+    assert by["tr"].predicted and any("per-request" in a for a in by["tr"].assumptions)
+    assert by["ds"].predicted and by["ds"].predicted != by["tr"].predicted
+    assert by["no"].predicted is None and "openorca" in by["no"].reason
+
+
+# ---- engine options: attention data parallelism, multi-step scheduling, eager ------------------------
+def test_attention_dp_keeps_flops_and_splits_the_mla_cache_over_ranks() -> None:
+    m = load_model("deepseek-v3")
+    tp = setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8")
+    adp = setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", attention_dp=8)
+    # MLA caches its latent on every TP rank; data-parallel attention keeps a sequence on one rank
+    assert adp.kv_bytes_per_token == pytest.approx(tp.kv_bytes_per_token / 8)
+    def flops(s, names):
+        return sum(2 * b * r * n * k for name, b, r, n, k, _ in s.gemms(64, True) if name in names)
+    weights = lambda s: sum(w for name, *_, w in s.gemms(64, True) if name.startswith("attn"))  # noqa: E731
+    split = ("attn.q_b", "attn.kv_b", "attn.o")          # head-split under TP: the same work per GPU
+    assert flops(adp, split) == pytest.approx(flops(tp, split), rel=1e-9)
+    shared = ("attn.q_a", "attn.kv_a")                   # replicated under TP, each rank's own tokens under DP
+    assert flops(adp, shared) == pytest.approx(flops(tp, shared) / 8, rel=1e-9)
+    assert weights(adp) > 4 * weights(tp) and adp.weight_bytes_per_gpu > tp.weight_bytes_per_gpu
+    assert m.mla is not None
+    with pytest.raises(Exception):
+        setup("deepseek-v3", "h200", 8, tp=8, ep=8, attention_dp=4)
+
+
+def test_multi_step_scheduling_delays_admission_not_decode() -> None:
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=256, output_len=128, request_rate=8,
+             num_requests=150, seed=1)
+    one = predict_serving(ServeRequest(**q))
+    ten = predict_serving(ServeRequest(**q, num_scheduler_steps=10))
+    assert ten.latency("ttft_s")["mean"] > one.latency("ttft_s")["mean"]      # arrivals wait for the run
+    assert ten.latency("itl_s")["p50"] > 5 * one.latency("itl_s")["p50"]       # tokens stream once per run
+    assert ten.output_tokens_per_s == pytest.approx(one.output_tokens_per_s, rel=0.05)
+
+
+def test_engine_flags_in_notes_reach_the_request() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = "vllm serve --num-scheduler-steps 10 --enforce-eager"
+    notes: list[str] = []
+    q = request_of(row, notes)
+    assert q.num_scheduler_steps == 10 and q.enforce_eager and "adp=1" in q.plan
+    row.update(notes="--tp 2 --enable-dp-attention", tp="2", num_gpus="2", dp_replicas="1")
+    assert "adp=2" in request_of(row, []).plan

@@ -149,6 +149,8 @@ def register(app: typer.Typer) -> None:
             output_len: Optional[int] = typer.Option(None, "--output-len", help="output tokens per request [128]"),
             dataset_file: Optional[Path] = typer.Option(None, "--dataset-file",
                                                         help="CSV/JSONL: arrival_time (optional), input_len, output_len"),
+            dataset: Optional[str] = typer.Option(None, "--dataset", help="named length distribution: sharegpt "
+                                                  "(docs/serving.md; --output-len overrides its mean output)"),
             concurrency: Optional[int] = typer.Option(None, "--concurrency", help="closed loop: requests in flight"),
             request_rate: Optional[float] = typer.Option(None, "--request-rate", help="open loop: Poisson requests/s"),
             workload: Optional[str] = typer.Option(None, "--workload",
@@ -159,6 +161,10 @@ def register(app: typer.Typer) -> None:
                                                                  help="tokens per iteration [engine's]"),
             disaggregate: Optional[str] = typer.Option(None, "--disaggregate",
                                                        help='prefill:decode replicas, e.g. "1:1" (dp split)'),
+            num_scheduler_steps: Optional[int] = typer.Option(None, "--num-scheduler-steps",
+                                                              help="decode iterations per scheduling decision "
+                                                              "(vLLM multi-step) [1]"),
+            enforce_eager: bool = typer.Option(False, "--enforce-eager", help="no CUDA graphs"),
             seed: int = typer.Option(0, "--seed", help="seed of the arrival process"),
             html: Optional[Path] = typer.Option(None, "--html", help="also write a page: latency distributions "
                                                 "and the throughput-latency curve over request rate"),
@@ -170,9 +176,10 @@ def register(app: typer.Typer) -> None:
         q = ServeRequest(model=model or "llama3-8b", gpu=gpu, num_gpus=num_gpus, cluster=cluster,
                          gpus_per_node=gpus_per_node, plan=plan, engine=engine, precision=precision,
                          kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
-                         dataset_file=dataset_file, concurrency=concurrency, request_rate=request_rate,
-                         workload=workload, num_requests=num_requests, max_num_seqs=max_num_seqs,
-                         max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed)
+                         dataset_file=dataset_file, dataset=dataset, concurrency=concurrency,
+                         request_rate=request_rate, workload=workload, num_requests=num_requests, max_num_seqs=max_num_seqs,
+                         max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed,
+                         num_scheduler_steps=num_scheduler_steps, enforce_eager=enforce_eager)
         r = predict_serving(q)
         if html is not None:
             from ..report.serving import render_serving_html

@@ -34,6 +34,7 @@ class EngineProfile:
     step_overhead_s: float          # host time per iteration the GPU waits for (schedule, sample, detokenize)
     non_torch_bytes: float          # CUDA context, NCCL buffers, CUDA graphs: memory outside weights/activations/KV
     admission_reserve: float = 0.0  # share of a request's output tokens its admission reserves in the cache
+    scheduler_steps: int = 1        # decode iterations one scheduling decision runs (vLLM --num-scheduler-steps)
     sources: tuple[str, ...] = ()
 
     def with_overrides(self, **kw: object) -> "EngineProfile":

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
-from . import energy
+from . import dataset, energy
 from .engines import EngineProfile, get_engine
 from .sim import Requests, SimResult, Simulator, make_requests
 from .workload import KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
@@ -43,12 +43,15 @@ class ServeRequest:
     input_len: int | None = None
     output_len: int | None = None
     dataset_file: str | Path | None = None
+    dataset: str | None = None      # a named length distribution (serve/dataset.py), e.g. "sharegpt"
     concurrency: int | None = None
     request_rate: float | None = None
     workload: str | None = None     # offline | concurrency | poisson | static | trace (default from the above)
     num_requests: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    num_scheduler_steps: int | None = None   # vLLM multi-step scheduling (--num-scheduler-steps)
+    enforce_eager: bool = False              # no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph)
     disaggregate: str | None = None  # "P:D" prefill:decode replicas
     seed: int = 0
 
@@ -95,9 +98,8 @@ class ServeResult:
         if not self.fits:
             return float("nan")
         sim, s = self.sim, self.setup
-        gpus = s.replica_gpus * sim.replicas   # type: ignore[union-attr]
-        busy = sim.busy_s / max(sim.replicas * sim.duration_s, 1e-12)   # type: ignore[union-attr]
-        j = energy.energy_j(s.cluster.gpu.tdp_w, busy, sim.duration_s, gpus)   # type: ignore[union-attr]
+        j = energy.energy_j(s.cluster.gpu, sim.busy_by_kind_s, sim.duration_s, sim.replicas,   # type: ignore[union-attr]
+                            s.replica_gpus)
         return j / max(self._tokens()[0], 1.0)
 
     def latency(self, name: str) -> dict[str, float]:
@@ -126,7 +128,7 @@ class ServeResult:
         out = {
             "schema": 1,
             "model": s.model.name, "gpu": s.cluster.gpu.name, "num_gpus": s.num_gpus,
-            "plan": {"tp": s.tp, "pp": s.pp, "ep": s.ep, "dp": s.dp}, "engine": s.engine.name,
+            "plan": {"tp": s.tp, "pp": s.pp, "ep": s.ep, "dp": s.dp, "adp": s.attention_dp}, "engine": s.engine.name,
             "precision": s.precision, "kv_cache_dtype": s.kv_dtype, "workload": self.workload,
             "num_requests": len(sim.requests) if sim else 0,
             "output_tokens_per_s": self.output_tokens_per_s,
@@ -155,7 +157,8 @@ class ServeResult:
         """Sequences the KV cache holds at once at this workload's mean length (capped by max_num_seqs)."""
         r = self.sim.requests if self.sim else None
         mean_len = float((r.input_len + r.output_len).mean()) if r is not None and len(r) else 1.0
-        return int(min(self.setup.engine.max_num_seqs, self.memory.kv_cache_tokens // max(1.0, mean_len)))
+        cap = self.setup.engine.max_num_seqs * self.setup.attention_dp
+        return int(min(cap, self.memory.kv_cache_tokens // max(1.0, mean_len)))
 
 
 def read_dataset(path: str | Path) -> Requests:
@@ -203,11 +206,18 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     notes: list[str] = []
     m = load_model(q.model)
     eng = get_engine(q.engine)
-    overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens}
+    overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens,
+                 "scheduler_steps": q.num_scheduler_steps}
     for k, v in overrides.items():
         if v is not None and v < 1:
             raise SpecError(k, f"{v} must be at least 1", "give a positive limit")
     eng = eng.with_overrides(**overrides)
+    if q.enforce_eager:
+        eng = eng.with_overrides(cuda_graph_max_batch=0)
+        notes.append("eager: no CUDA graphs, every kernel launched from the host")
+    if eng.scheduler_steps > 1:
+        notes.append(f"multi-step scheduling: {eng.scheduler_steps} decode iterations per scheduling decision; "
+                     "requests arriving meanwhile wait for the run to end (vLLM docs, --num-scheduler-steps)")
     plan = parse_serve_plan(q.plan)
     replica = plan["tp"] * plan["pp"]
     num_gpus = q.num_gpus
@@ -234,7 +244,11 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
                      "(dequantization cost not modelled)")
     if q.precision == "nvfp4" and "fp4" not in cluster.gpu.peak_flops:
         notes.append(f"nvfp4: {cluster.gpu.name} has no FP4 peak; GEMMs priced at its 16-bit peak")
-    setup = ServeSetup(m, cluster, tp=plan["tp"], pp=plan["pp"], ep=plan["ep"], dp=dp, precision=q.precision,
+    if plan["adp"] > 1:
+        notes.append(f"attention data-parallel over the {plan['tp']} tp ranks: each rank runs all heads for its own "
+                     "sequences and holds their KV cache; batch and token limits are per rank")
+    setup = ServeSetup(m, cluster, tp=plan["tp"], pp=plan["pp"], ep=plan["ep"], dp=dp, attention_dp=plan["adp"],
+                       precision=q.precision,
                        kv_cache_dtype=kv, engine=eng)
     return setup, notes
 
@@ -274,6 +288,17 @@ def requests_of(q: ServeRequest, workload: str, setup: ServeSetup, notes: list[s
         return req
     _check_len("input_len", q.input_len)
     _check_len("output_len", q.output_len)
+    if q.dataset is not None and workload != "trace":
+        if n is None:
+            n = 1000
+            notes.append("num_requests: 1000 (not given)")
+        inp_a, out_a = dataset.sample(q.dataset, n, seed=q.seed, output_len=q.output_len)
+        notes.append(dataset.describe(q.dataset))
+        limit = setup.model.max_seq_len
+        if int((inp_a + out_a).max()) > max(limit, 1):
+            raise SpecError("dataset", f"{q.dataset} requests exceed the model's context of {limit:,}",
+                            "choose a model with a longer context")
+        return make_requests(n, inp_a, out_a, workload=workload, request_rate=q.request_rate, seed=q.seed)
     if workload == "trace":
         raise SpecError("dataset_file", "missing for a trace workload", "give --dataset-file")
     inp = q.input_len if q.input_len is not None else 1024
@@ -320,7 +345,7 @@ def predict_serving(q: ServeRequest, *, pricer: StepPricer | None = None) -> Ser
     pricer = pricer or StepPricer(setup)
     inp = int(np.median(req.input_len))
     prefill_step = pricer.price(prefill=((min(inp, setup.engine.max_num_batched_tokens), 0),))
-    dec_b = max(1, min(setup.engine.max_num_seqs, mem.kv_cache_tokens // max(1, longest)))
+    dec_b = max(1, min(setup.engine.max_num_seqs * setup.attention_dp, mem.kv_cache_tokens // max(1, longest)))
     decode_step = pricer.price(decode_seqs=dec_b, decode_context=dec_b * (inp + int(np.median(req.output_len)) // 2))
     if not mem.fits:
         return ServeResult(setup, mem, None, workload, notes, prefill_step, decode_step)

@@ -79,6 +79,7 @@ class SimResult:
     max_running: int = 0
     iterations: int = 0
     kv_transfer_s: float = 0.0
+    busy_by_kind_s: dict[str, float] = field(default_factory=dict)   # busy_s split: tensor, memory, comm, wait
 
     @property
     def duration_s(self) -> float:
@@ -126,7 +127,7 @@ def _interp_cache(fn, t: int, cache: dict) -> tuple:
 
 class _Replica:
     __slots__ = ("idx", "role", "waiting", "prefilling", "order", "decoding", "heap", "it", "s0", "n_dec",
-                 "kv_tokens", "busy", "capacity", "pre_done", "res", "reserved")
+                 "kv_tokens", "busy", "capacity", "pre_done", "res", "reserved", "multi", "run_s")
 
     def __init__(self, idx: int, role: str, capacity: int):
         self.idx, self.role, self.capacity = idx, role, capacity
@@ -143,6 +144,8 @@ class _Replica:
         self.res: dict[int, int] = {}        # rid -> tokens reserved at admission
         self.reserved = 0
         self.busy = False
+        self.multi = 0                       # decode iterations left of a multi-step run (no admission)
+        self.run_s = 0.0                     # time of the multi-step run so far (its tokens stream at its end)
 
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.prefilling) + self.n_dec
@@ -167,6 +170,11 @@ class Simulator:
         self._tok: dict[int, tuple] = {}
         self._head: dict[int, tuple] = {}
         self.waste = (self.e.block_size - 1) / 2.0
+        adp = setup.attention_dp       # attention data-parallel: the engine's limits hold per rank
+        self.max_seqs = self.e.max_num_seqs * adp
+        self.max_tokens = self.e.max_num_batched_tokens * adp
+        self.graph_max = self.e.cuda_graph_max_batch * adp
+        self._kind_s = [0.0, 0.0, 0.0, 0.0]   # tensor, memory, comm, wait (overhead) seconds of run()
 
     # ---- one iteration's time ------------------------------------------------------------------
     def step_time(self, prefill: list[tuple[int, int]], n_dec: int, dec_ctx: int) -> float:
@@ -177,13 +185,20 @@ class Simulator:
         g, mb, comm = _interp_cache(p.tokens_part, -(-tokens // micro), self._tok)
         hg, hm = _interp_cache(p.head_part, max(1, -(-seqs // micro)), self._head)
         dg, dm = p.decode_attention_per_token
-        att = (dg + dm) * dec_ctx / micro
+        ag, am = dg * dec_ctx / micro, dm * dec_ctx / micro
         for q, c in prefill:
             pg, pm = p.prefill_attention(q, c)
-            att += (pg + pm) / micro
-        gpu = g + mb + comm + hg + hm + att
-        graph = not prefill and seqs <= self.e.cuda_graph_max_batch
-        return gpu + p.overhead(gpu, graph)
+            ag, am = ag + pg / micro, am + pm / micro
+        tensor, memory = g + hg + ag, mb + hm + am
+        gpu = tensor + memory + comm
+        graph = not prefill and seqs <= self.graph_max
+        over = p.overhead(gpu, graph)
+        k = self._kind_s    # busy seconds by power kind (serve/energy.py): the step breakdown's buckets
+        k[0] += tensor
+        k[1] += memory
+        k[2] += comm
+        k[3] += over
+        return gpu + over
 
     # ---- the run -------------------------------------------------------------------------------
     def run(self, req: Requests, *, concurrency: int | None = None) -> SimResult:
@@ -198,6 +213,7 @@ class Simulator:
         itl_d: list[float] = []
         itl_w: list[int] = []
         stats: dict[str, float] = {"busy": 0.0, "pre": 0, "maxrun": 0, "iters": 0, "xfer": 0.0}
+        self._kind_s = [0.0, 0.0, 0.0, 0.0]
         if self.disagg:
             npf, ndc = self.disagg
             reps = [_Replica(i, "prefill", self.capacity) for i in range(npf)] + \
@@ -229,13 +245,14 @@ class Simulator:
             return min(group, key=lambda r: (r.outstanding(), r.idx))
 
         reserve = e.admission_reserve
+        steps = max(1, int(e.scheduler_steps))
 
         def release(r: _Replica, rid: int) -> None:
             r.reserved -= r.res.pop(rid, 0)
 
         def plan(r: _Replica, admit: bool) -> tuple | None:
             """The next iteration of ``r``: (prefill chunks [(rid, q, ctx)], admitted rids), or None."""
-            budget = e.max_num_batched_tokens - r.n_dec
+            budget = self.max_tokens - r.n_dec
             chunks: list[tuple[int, int, int]] = []
             running = len(r.prefilling) + r.n_dec
             need = r.n_dec
@@ -252,7 +269,7 @@ class Simulator:
             admitted: list[int] = []
             batch_start = self.static and running == 0     # a static batch forms at once, then runs alone
             if admit and not (self.static and running):
-                while r.waiting and (budget > 0 or batch_start) and running < e.max_num_seqs:
+                while r.waiting and (budget > 0 or batch_start) and running < self.max_seqs:
                     rid = r.waiting[0]
                     prompt = int(cur_in[rid])
                     if r.role == "decode":      # KV arrives by transfer: no prefill, just room for it
@@ -311,11 +328,25 @@ class Simulator:
             nonlocal seq
             # an iteration that had to preempt admits nobody (vLLM V1's scheduler does the same)
             preempted = preempt_for(r, r.n_dec) if r.role != "prefill" else 0
-            p = plan(r, admit=not preempted)
+            # multi-step scheduling (vLLM --num-scheduler-steps k): a decode-only iteration that admitted
+            # nobody commits the next k-1 iterations to the same batch; arrivals wait for the run to end
+            in_run = r.multi > 0 and r.n_dec > 0 and not r.prefilling
+            p = plan(r, admit=not preempted and not in_run)
             if p is None:
                 r.busy = False
+                r.multi = 0
                 return
             chunks, admitted = p
+            run = 0                  # 0: a single step, 1: a multi-step run goes on after it, 2: its last step
+            if in_run:
+                r.multi -= 1
+                run = 1 if r.multi else 2
+            elif steps > 1 and not chunks and not admitted:
+                r.multi = steps - 1
+                r.run_s = 0.0
+                run = 1
+            else:
+                r.multi = 0
             for rid in admitted:
                 r.order.append(rid)
                 if r.role == "decode":
@@ -331,7 +362,7 @@ class Simulator:
             stats["iters"] += 1
             stats["maxrun"] = max(stats["maxrun"], len(r.prefilling) + r.n_dec)
             r.busy = True
-            pending[r.idx] = (chunks, dur)
+            pending[r.idx] = (chunks, dur, run)
             heapq.heappush(events, (now + dur, seq, ITER, r.idx))
             seq += 1
 
@@ -358,13 +389,17 @@ class Simulator:
                 start_iter(reps[x], t)
                 continue
             r = reps[x]
-            chunks, dur = pending.pop(r.idx)
+            chunks, dur, run = pending.pop(r.idx)
             # decode tokens of this iteration
             if r.n_dec:
                 r.it += 1
                 r.kv_tokens += r.n_dec
-                itl_d.append(dur)
-                itl_w.append(r.n_dec)
+                if run == 1:         # a multi-step run streams its tokens when it ends: one gap per run
+                    r.run_s += dur
+                else:
+                    itl_d.append(dur + (r.run_s if run == 2 else 0.0))
+                    itl_w.append(r.n_dec)
+                    r.run_s = 0.0
                 while r.heap and r.heap[0][0] <= r.it:
                     _, rid = heapq.heappop(r.heap)
                     i0 = r.decoding.pop(rid, None)
@@ -411,7 +446,7 @@ class Simulator:
             first[np.isnan(first)] = np.inf
         return SimResult(req, first, finish, start, np.asarray(itl_d), np.asarray(itl_w, dtype=float),
                          stats["busy"], len(reps), int(stats["pre"]), int(stats["maxrun"]), int(stats["iters"]),
-                         stats["xfer"])
+                         stats["xfer"], dict(zip(("tensor", "memory", "comm", "wait"), self._kind_s)))
 
     def _enter_decode(self, r: _Replica, rid: int, cur_in: np.ndarray, remaining: np.ndarray) -> None:
         """``rid`` (its prompt in the cache, ``remaining`` tokens still to emit) decodes from the next

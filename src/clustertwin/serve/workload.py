@@ -66,8 +66,9 @@ _EAGER_DISPATCH = value("host.compiled_per_kernel_s")  # host time per kernel ou
 
 
 def parse_serve_plan(text: str | None) -> dict[str, int]:
-    """``"tp=8,pp=1,ep=1,dp=1"`` as a dict (missing fields 1). One line error on anything else."""
-    out = {"tp": 1, "pp": 1, "ep": 1, "dp": 0}
+    """``"tp=8,pp=1,ep=1,dp=1"`` as a dict (missing fields 1; ``adp=8``: attention data-parallel over the
+    tp ranks, SGLang --enable-dp-attention / TensorRT-LLM enable_attention_dp). One line error on anything else."""
+    out = {"tp": 1, "pp": 1, "ep": 1, "dp": 0, "adp": 1}
     if not text or not text.strip():
         return out
     for part in text.split(","):
@@ -78,7 +79,7 @@ def parse_serve_plan(text: str | None) -> dict[str, int]:
             raise PlanError("plan", f"{part!r} is not key=value", 'write e.g. --plan "tp=8,pp=1,ep=1,dp=1"')
         k, v = (x.strip().lower() for x in part.split("=", 1))
         if k not in out:
-            raise PlanError("plan", f"unknown field {k!r} for serving", "use tp, pp, ep and dp")
+            raise PlanError("plan", f"unknown field {k!r} for serving", "use tp, pp, ep, dp and adp")
         try:
             n = int(v)
         except ValueError:
@@ -122,6 +123,7 @@ class ServeSetup:
     kv_cache_dtype: str = ""      # "" = the engine's default: fp8 weights keep a 16-bit cache too
     engine: EngineProfile = field(default=None)  # type: ignore[assignment]
     profile: HardwareProfile | None = None
+    attention_dp: int = 1         # attention data-parallel over the tp ranks (1: off; tp: on), see below
 
     def __post_init__(self) -> None:
         m, gpn = self.model, self.cluster.gpus_per_node
@@ -141,6 +143,9 @@ class ServeSetup:
         if m.num_heads % self.tp:
             raise PlanError("plan.tp", f"{self.tp} does not divide the {m.num_heads} attention heads",
                             "choose tp dividing the heads")
+        if self.attention_dp not in (1, self.tp):
+            raise PlanError("plan.adp", f"adp={self.attention_dp} must be 1 (off) or tp={self.tp}",
+                            "attention data parallelism runs attention data-parallel over the whole tp group")
         if self.pp > m.num_layers:
             raise PlanError("plan.pp", f"{self.pp} exceeds the {m.num_layers} layers", "use fewer stages")
         if self.ep > 1:
@@ -181,10 +186,13 @@ class ServeSetup:
 
     @cached_property
     def kv_bytes_per_token_layer(self) -> float:
-        """KV-cache bytes one token adds to one layer on one GPU."""
+        """KV-cache bytes one token adds to one layer on one GPU (attention data-parallel: a sequence's
+        whole cache lives on one rank, so a GPU holds 1/tp of the replica's tokens, all heads)."""
         m, b = self.model, KV_DTYPES[self.kv_dtype]
         if m.mla:
-            return (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * b
+            return (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * b / self.attention_dp
+        if self.attention_dp > 1:
+            return m.kv_heads * (m.qk_head_dim + m.v_head_dim) * b / self.attention_dp
         return self.kv_heads_gpu * (m.qk_head_dim + m.v_head_dim) * b
 
     @cached_property
@@ -197,23 +205,27 @@ class ServeSetup:
         MoE expert GEMMs are one grouped GEMM over the experts the tokens touch."""
         m, tp, h = self.model, self.tp, self.model.hidden_size
         out: list[tuple[str, float, float, float, float, float]] = []
+        adp = self.attention_dp
+        # attention data-parallel: each rank runs all heads on its own 1/tp of the tokens (same FLOPs,
+        # the whole attention weights read on every rank); else the heads split over tp
+        heads, kv_heads, ta = (m.num_heads, m.kv_heads, t / adp) if adp > 1 else (self.heads_gpu, self.kv_heads_gpu, t)
 
-        def g(name: str, n: float, k: float) -> None:
-            out.append((name, 1, t, n, k, n * k))
+        def g(name: str, n: float, k: float, rows: float = t) -> None:
+            out.append((name, 1, rows, n, k, n * k))
         if m.mla:
             a = m.mla
             qk = a.qk_nope_head_dim + a.qk_rope_head_dim
             if a.q_lora_rank:
-                g("attn.q_a", a.q_lora_rank, h)
-                g("attn.q_b", self.heads_gpu * qk, a.q_lora_rank)
+                g("attn.q_a", a.q_lora_rank, h, ta)
+                g("attn.q_b", heads * qk, a.q_lora_rank, ta)
             else:
-                g("attn.q", self.heads_gpu * qk, h)
-            g("attn.kv_a", a.kv_lora_rank + a.qk_rope_head_dim, h)
-            g("attn.kv_b", self.heads_gpu * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank)
-            g("attn.o", h, self.heads_gpu * a.v_head_dim)
+                g("attn.q", heads * qk, h, ta)
+            g("attn.kv_a", a.kv_lora_rank + a.qk_rope_head_dim, h, ta)
+            g("attn.kv_b", heads * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank, ta)
+            g("attn.o", h, heads * a.v_head_dim, ta)
         else:
-            g("attn.qkv", self.heads_gpu * m.qk_head_dim + self.kv_heads_gpu * (m.qk_head_dim + m.v_head_dim), h)
-            g("attn.o", h, self.heads_gpu * m.v_head_dim)
+            g("attn.qkv", heads * m.qk_head_dim + kv_heads * (m.qk_head_dim + m.v_head_dim), h, ta)
+            g("attn.o", h, heads * m.v_head_dim, ta)
         ups = 2 if m.gated else 1
         if not moe:
             g("mlp.up", ups * m.ffn_hidden_size / tp, h)
@@ -335,8 +347,9 @@ class StepPricer:
             msg = t * m.hidden_size * ACT_BYTES
             cc = 0.0
             if s.tp > 1:
-                cc += self.net.time("all_reduce", msg, self.tp_group)
-                if not (moe and s.ep > 1):
+                if s.attention_dp == 1:   # attention's output all-reduce (data-parallel attention has none)
+                    cc += self.net.time("all_reduce", msg, self.tp_group)
+                if not (moe and s.ep > 1):   # the MLP's (attention-DP: all-gather + reduce-scatter, same bytes)
                     cc += self.net.time("all_reduce", msg, self.tp_group)
             if moe and s.ep > 1:
                 cc += 2 * self.net.time("all_to_all", msg * m.moe_top_k / s.ep, self.ep_group)
@@ -418,7 +431,7 @@ class StepPricer:
             pg, pm = self.prefill_attention(q, c)
             ag, am = ag + pg / micro, am + pm / micro
         gpu = g + mb + comm + hg + hm + ag + am
-        graph = not prefill and seqs <= self.s.engine.cuda_graph_max_batch
+        graph = not prefill and seqs <= self.s.engine.cuda_graph_max_batch * self.s.attention_dp
         return StepCost(gemm_s=g + hg, attention_s=ag, memory_bound_s=mb + hm + am, communication_s=comm,
                         overhead_s=self.overhead(gpu, graph))
 
@@ -453,7 +466,8 @@ class MemoryPlan:
 def memory_plan(setup: ServeSetup, max_request_tokens: int = 0) -> MemoryPlan:
     """Weights, activations of the engine's profiling pass (max_num_batched_tokens), the engine's other
     memory, and the KV cache the engine's memory rule leaves; ``fits`` when one request of
-    ``max_request_tokens`` tokens fits in the cache."""
+    ``max_request_tokens`` tokens fits in the cache (attention data-parallel: ``kv_cache_tokens`` counts
+    the replica's tokens, every rank holding its own sequences)."""
     e = setup.engine
     hbm = setup.cluster.gpu.hbm_bytes
     w = setup.weight_bytes_per_gpu

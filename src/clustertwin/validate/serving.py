@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,7 @@ class ServingRow:
     raw: dict
     line: int
     source: str = ""
+    base_dir: Path | None = None      # the CSV's folder: serving_sources/lengths/ beside it holds run traces
     predicted: float | None = None
     reason: str = ""
     assumptions: list[str] = field(default_factory=list)
@@ -125,7 +127,8 @@ def read_serving_runs(path: str | Path) -> list[ServingRow]:
                 v = float(r["value"])
             except (TypeError, ValueError):
                 v = float("nan")
-            rows.append(ServingRow(r["run_id"], (r["metric"] or "").strip(), v, r, i, (r.get("source") or "").strip()))
+            rows.append(ServingRow(r["run_id"], (r["metric"] or "").strip(), v, r, i, (r.get("source") or "").strip(),
+                                  p.resolve().parent))
     return rows
 
 
@@ -181,17 +184,68 @@ def model_of(r: dict, notes: list[str]):
     return model_from_row(row, notes)
 
 
-def request_of(r: dict, notes: list[str]):
-    """The ServeRequest that reproduces the row; empty cells get the stated assumptions."""
+TRACE_DIR = Path("serving_sources") / "lengths"
+
+# engine flags a row's notes quote (the schema has no column for them): (pattern, what it sets)
+_FLAGS = (
+    (re.compile(r"enable_attention_dp|--enable-dp-attention"), "adp"),
+    (re.compile(r"--num-scheduler-steps?[ =](\d+)"), "num_scheduler_steps"),
+    (re.compile(r"--enforce-eager|--disable-cuda-graph"), "enforce_eager"),
+)
+
+
+def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
+    """Engine options the row's ``notes`` state as launch flags: attention data parallelism, vLLM
+    multi-step scheduling, no CUDA graphs."""
+    text = _cell(r, "notes")
+    out: dict[str, Any] = {}
+    for pat, key in _FLAGS:
+        m = pat.search(text)
+        if not m:
+            continue
+        out[key] = int(m.group(1)) if m.groups() else True
+        notes.append(f"notes: {m.group(0)} -> {key}")
+    return out
+
+
+def trace_of(r: dict, base_dir: Path | None) -> Path | None:
+    """The run's own per-request lengths, when published: ``serving_sources/lengths/<result file>.csv``
+    beside the CSV (columns input_len, output_len), named after the file ``source_url`` points to."""
+    url = _cell(r, "source_url")
+    if base_dir is None or not url:
+        return None
+    stem = url.rstrip("/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    p = base_dir / TRACE_DIR / f"{stem}.csv"
+    return p if stem and p.exists() else None
+
+
+def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
+    """The ServeRequest that reproduces the row; empty cells get the stated assumptions. A row whose
+    lengths vary (``dataset`` named, lengths empty) replays the run's published per-request lengths when
+    there are some (``trace_of``), else draws from the named distribution (serve/dataset.py), else is
+    refused with what is not published."""
+    from ..serve import dataset as datasets
     from ..serve.run import ServeRequest
     workload = _cell(r, "workload").lower()
     if workload not in ("offline", "concurrency", "poisson", "static"):
         raise DataError("workload", f"unknown workload {workload!r}", "use offline, concurrency, poisson or static")
     inp, out = _int(r, "input_len"), _int(r, "output_len")
+    lengths: dict[str, Any] = {"input_len": inp, "output_len": out}
     if inp is None or out is None:
         ds = _cell(r, "dataset")
-        raise DataError("input_len", f"lengths vary ({ds or 'no dataset named'}) and no per-request lengths are given",
-                        "fill input_len and output_len with the run's mean lengths")
+        trace = trace_of(r, base_dir)
+        if trace is not None:
+            lengths = {"dataset_file": trace}
+            notes.append(f"lengths: the run's own per-request input and output lengths ({TRACE_DIR / trace.name}; "
+                         "a request that generated 0 tokens counts 1, the end-of-sequence token)")
+        elif ds:
+            why = datasets.missing(ds, out)
+            if why:
+                raise DataError("dataset", why, "fill input_len and output_len with the run's mean lengths")
+            lengths = {"dataset": ds, "output_len": out}
+        else:
+            raise DataError("input_len", "lengths vary (no dataset named) and no per-request lengths are given",
+                            "fill input_len and output_len with the run's mean lengths")
     tp, pp, ep = (_int(r, k) or 1 for k in ("tp", "pp", "ep"))
     num_gpus = _int(r, "num_gpus")
     if num_gpus is None:
@@ -232,10 +286,12 @@ def request_of(r: dict, notes: list[str]):
     gpu = _cell(r, "gpu")
     if not gpu:
         raise DataError("gpu", "empty", "fill the catalog GPU name")
-    return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp,
-                        plan=f"tp={tp},pp={pp},ep={ep},dp={dp}", engine=_cell(r, "engine") or "vllm",
-                        precision=precision, kv_cache_dtype=kv, input_len=inp, output_len=out, workload=workload,
-                        num_requests=n, max_num_seqs=max_batch, **kw)
+    flags = engine_flags(r, notes)
+    adp = tp if flags.pop("adp", False) and tp > 1 else 1
+    return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp, **flags,
+                        plan=f"tp={tp},pp={pp},ep={ep},dp={dp},adp={adp}", engine=_cell(r, "engine") or "vllm",
+                        precision=precision, kv_cache_dtype=kv, workload=workload,
+                        num_requests=n, max_num_seqs=max_batch, **lengths, **kw)
 
 
 def predicted_metric(res, metric: str) -> float:
@@ -270,11 +326,12 @@ def validate_serving(rows: list[ServingRow], progress=None) -> ServingReport:
             row.reason = "value is not a positive number"
             continue
         key = tuple(sorted((k, (v or "").strip()) for k, v in row.raw.items() if k and k not in _SKIP))
+        key += (str(trace_of(row.raw, row.base_dir)),)
         got: tuple[Any, list[str], str] | None = cache.get(key)
         if got is None:
             notes: list[str] = []
             try:
-                q = request_of(row.raw, notes)
+                q = request_of(row.raw, notes, row.base_dir)
                 pred = predict_serving(q)
                 got = (pred, notes, "" if pred.fits else f"does not fit: {pred.memory.reason or 'requests never finish'}")
             except ClusterTwinError as e:
