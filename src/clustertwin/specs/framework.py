@@ -85,6 +85,14 @@ class FrameworkProfile:
     # what recompute=selective repeats: "attention" (Megatron: the attention core, Korthikanti et al.
     # 2022) or "ops" (torchtitan's op-level SAC: keeps attention and every other matmul output)
     selective_recompute: str = "attention"
+    # the loss as memory sees it (constants memory.loss_*): "" = the fused loss (fused_cross_entropy) or
+    # Megatron's vocab-parallel one; "torch" = F.cross_entropy on fp32 logits (torchtitan's loss_fn),
+    # DTensor's loss_parallel with TP
+    loss_memory: str = ""
+    # TP with sequence parallelism keeps the all-gathered input of the column-parallel GEMMs for their
+    # backward (DTensor: the redistributed input is what F.linear saves) instead of re-gathering it in
+    # backward from the sharded norm output as Megatron does (Korthikanti et al. 2022 Sec. 4.2.2)
+    sp_saves_gathered_input: bool = False
     # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
     # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
     fsdp_unsharded_with_pp: bool = False
@@ -204,12 +212,19 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   loss stay eager (train.py: "if job_config.training.compile: loss_fn = torch.compile(loss_fn)"
     #   commented out)
     # - FSDP2 (ZeRO-3) by default, TP always with sequence parallelism (SequenceParallel on the norms)
+    # - memory: the loss is F.cross_entropy(pred.flatten(0, 1).float(), ...) with 'del pred' before
+    #   backward (train.py), under torch.distributed.tensor.parallel.loss_parallel when TP is on; the TP
+    #   plan redistributes the Shard(1) norm outputs to Replicate before wq/wk/wv and w1/w3
+    #   (PrepareModuleInput + ColwiseParallel, parallelize_llama.py), so each GEMM saves the gathered input;
+    #   run_llama_train.sh sets PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"; the logged memory
+    #   is the caching allocator's peak reserved bytes (metrics.py, reserved_bytes.all.peak)
     FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
+                     loss_memory="torch", sp_saves_gathered_input=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
@@ -217,6 +232,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
+                     loss_memory="torch", sp_saves_gathered_input=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
 )
 
@@ -240,7 +256,8 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
                      master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
-                     fsdp_unsharded_with_pp=True, capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
+                     fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True,
+                     capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
     FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, grad_reduce_bytes=4,
