@@ -289,7 +289,8 @@ _HOST: list[Constant] = [
     Constant("memory.allocator_overhead", 0.05, "fraction",
              "assumed: fragmentation of PyTorch's caching allocator under the varied tensor sizes of pipeline and "
              "TP stacks, a fraction of the tensors held; no measurement at hand",
-             "memory: 'other' += this x (activations + weights + gradients)"),
+             "memory: 'other' += this x (activations + weights + gradients; activations only where weights "
+             "and gradients sit in contiguous buffers allocated once, as Megatron-Core's)"),
     Constant("memory.allocator_overhead_plain_torch", 0.03, "fraction",
              "assumed: less fragmentation for one model replica without pipeline buffers; no measurement at hand",
              "memory: 'other' += this x (activations + weights + gradients), plain PyTorch"),

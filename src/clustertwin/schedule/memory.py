@@ -224,5 +224,8 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         acts += logits * loss_bytes_per_logit(fw, tp)
     if embedding_rows_bytes is not None:
         acts += embedding_rows_bytes * embedding_in_flight
-    other += fw.allocator_overhead * (acts + weights + grads)
+    # fragmentation of what the caching allocator hands out and takes back; buffers allocated once
+    # and never freed leave no holes (contiguous_param_grad_buffers)
+    churned = acts if fw.contiguous_param_grad_buffers else acts + weights + grads
+    other += fw.allocator_overhead * churned
     return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts, "other": other}

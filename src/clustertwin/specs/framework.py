@@ -77,6 +77,10 @@ class FrameworkProfile:
     overlap_pp_comm: bool = True
     base_memory_bytes: float = value("memory.base_bytes")  # CUDA context, library workspaces, NCCL buffers
     allocator_overhead: float = value("memory.allocator_overhead")  # caching allocator fragmentation
+    # weights and gradients live in contiguous buffers allocated once (Megatron-Core DDP's
+    # _ParamAndGradBuffer: one torch.zeros for the parameters, one for the gradients, per dtype), so
+    # fragmentation (allocator_overhead) only comes from what is allocated and freed each step
+    contiguous_param_grad_buffers: bool = False
     # True: 16-bit weights, fp32 master + Adam moments in the optimizer (Megatron, DeepSpeed: 2 + g + 12
     # bytes/param). False: fp32 weights used through autocast, Adam moments only (PyTorch AMP, FSDP2
     # with fp32 sharded params: 4 + 4 + 8 bytes/param, plus a 16-bit copy of the weights in use).
@@ -163,7 +167,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # (off by default). bf16 gradients reduced in fp32 ("bfloat16 requires gradient accumulation and
     # all-reduce to be done in fp32", arguments.py).
     FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
-                     family="megatron", released="2024-01"),
+                     contiguous_param_grad_buffers=True, family="megatron", released="2024-01"),
     # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
     # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
     # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16
@@ -172,9 +176,9 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # False. Both releases below differ in nothing this profile models; they are kept apart so a run
     # names its release and a later difference has a place.
     FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     released="2024-07"),
+                     contiguous_param_grad_buffers=True, released="2024-07"),
     FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     released="2025-02"),
+                     contiguous_param_grad_buffers=True, released="2025-02"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
     # - attention: FusedScaleMaskSoftmax (masked_softmax_fusion on by default) unless
     #   --use-flash-attn / --use-flash-attn-v2 / --use-flash-attn-triton (all store_true): unfused
