@@ -289,7 +289,8 @@ _HOST: list[Constant] = [
     Constant("memory.allocator_overhead", 0.05, "fraction",
              "assumed: fragmentation of PyTorch's caching allocator under the varied tensor sizes of pipeline and "
              "TP stacks, a fraction of the tensors held; no measurement at hand",
-             "memory: 'other' += this x (activations + weights + gradients)"),
+             "memory: 'other' += this x (activations + weights + gradients; activations only where weights "
+             "and gradients sit in contiguous buffers allocated once, as Megatron-Core's)"),
     Constant("memory.allocator_overhead_plain_torch", 0.03, "fraction",
              "assumed: less fragmentation for one model replica without pipeline buffers; no measurement at hand",
              "memory: 'other' += this x (activations + weights + gradients), plain PyTorch"),
@@ -334,6 +335,8 @@ _SCHEDULE: list[Constant] = [
              "(counted in dp_comm or cp_comm)"),
 ]
 
+_ALLOC = "PyTorch c10/cuda/CUDACachingAllocator.cpp (the CUDA caching allocator): "
+
 _MEMORY: list[Constant] = [
     Constant("memory.adam_bytes_per_param_with_master", 12, "bytes/parameter",
              "Rajbhandari et al. 2019 (ZeRO, arXiv 1910.02054) Sec. 3.1: mixed-precision Adam keeps fp32 "
@@ -347,6 +350,49 @@ _MEMORY: list[Constant] = [
              "Transformer Engine keeps an FP8 copy of each GEMM weight between the forward and the backward "
              "(TE fp8 weight caching); one byte per parameter of the rank",
              "memory: 'other' of FP8 plans"),
+    Constant("memory.allocator.min_block_bytes", 512, "bytes",
+             _ALLOC + "kMinBlockSize = 512 ('all sizes are rounded to at least 512 bytes')",
+             "memory: reserved_bytes, every block rounded up to it"),
+    Constant("memory.allocator.small_size_bytes", 1048576, "bytes",
+             _ALLOC + "kSmallSize = 1 MiB ('largest \"small\" allocation is 1 MiB')",
+             "memory: reserved_bytes, blocks up to it come from the small pool"),
+    Constant("memory.allocator.small_buffer_bytes", 2097152, "bytes",
+             _ALLOC + "kSmallBuffer = 2 MiB ('\"small\" allocations are packed in 2 MiB blocks'); also the "
+             "small pool's page of an expandable segment",
+             "memory: reserved_bytes, segment (page) of the small pool"),
+    Constant("memory.allocator.large_buffer_bytes", 20971520, "bytes",
+             _ALLOC + "kLargeBuffer = 20 MiB ('\"large\" allocations may be packed in 20 MiB blocks'); also the "
+             "large pool's page of an expandable segment (segment_size = pool->is_small ? kSmallBuffer : "
+             "kLargeBuffer)",
+             "memory: reserved_bytes, segment of 1-10 MiB blocks, page of the large pool's expandable segment"),
+    Constant("memory.allocator.min_large_alloc_bytes", 10485760, "bytes",
+             _ALLOC + "kMinLargeAlloc = 10 MiB ('allocations between 1 and 10 MiB may use kLargeBuffer')",
+             "memory: reserved_bytes, blocks from it up get a segment of their own"),
+    Constant("memory.allocator.round_large_bytes", 2097152, "bytes",
+             _ALLOC + "kRoundLarge = 2 MiB ('round up large allocations to 2 MiB')",
+             "memory: reserved_bytes, a segment of its own is rounded up to it"),
+    Constant("memory.loss_megatron_bytes_per_logit", 8, "bytes/logit",
+             "Megatron's vocab-parallel cross-entropy (megatron/core/tensor_parallel/cross_entropy.py) on fp32 "
+             "logits: an fp32 copy of the 16-bit logits, whose exp is normalised in place and saved as the "
+             "softmax, and the fp32 gradient written into it in backward; the 16-bit logits beside it: "
+             "4 + 4 bytes (unchanged figure of the model)",
+             "memory: the loss peak of the last stage, unfused loss of Megatron-family stacks (one micro-batch)"),
+    Constant("memory.loss_fused_bytes_per_logit", 2, "bytes/logit",
+             "a fused cross-entropy reads the 16-bit logits once and writes their 16-bit gradient in place "
+             "(no fp32 copy kept)",
+             "memory: the loss peak of the last stage, fused loss (one micro-batch)"),
+    Constant("memory.loss_torch_fp32_bytes_per_logit", 12, "bytes/logit",
+             "torchtitan train.py loss_fn (pytorch/torchtitan@9dec370): F.cross_entropy(pred.flatten(0, 1)"
+             ".float(), ...), 'del pred' before loss.backward(); log_softmax saves its fp32 output (4), "
+             "nll_loss_backward writes a dense fp32 gradient (zeros + scatter, 4) and "
+             "_log_softmax_backward_data a new fp32 gradient (4) while both live: 12 bytes per logit",
+             "memory: the loss peak, F.cross_entropy on fp32 logits without TP (torchtitan)"),
+    Constant("memory.loss_parallel_dtensor_bytes_per_logit", 16, "bytes/logit",
+             "PyTorch torch/distributed/tensor/parallel/loss.py (loss_parallel, which torchtitan enables with "
+             "TP): _log_softmax saves its fp32 output (4); _nll_loss_and_log_softmax_backward builds "
+             "grad_input = zeros_like(x) (4), then (grad_input + exp(x)) (4 + 4) and its product with "
+             "grad_output (4), grad_input still referenced: 16 bytes per local logit at its peak",
+             "memory: the loss peak, DTensor loss parallel on fp32 logits (torchtitan with TP)"),
 ]
 
 _WORKLOAD: list[Constant] = [

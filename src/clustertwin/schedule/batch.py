@@ -545,6 +545,7 @@ class _Layout:
                     mem = stage_memory(
                         pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=self.dense[k][sr],
                         expert=self.expert[k][sr], dp_cp=dp_cp_m, edp=self.edp[sr], layers_dense=cls.n_dense,
+                        tp=self.tp[sr],
                         layers_moe=cls.n_moe, act_dense=act_d, act_moe=act_m if moe else 0.0,
                         act_full_layer=np.maximum(trans_d, trans_m) if moe else trans_d,
                         in_flight_layers=in_flight(self.pp, self.vpp, m_m, cls.first, cls.n_dense + cls.n_moe),

@@ -21,12 +21,75 @@ from ..workload.transformer import LayerContext
 _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v
 _ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp32 m, v
 _FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
+_LOSS_FUSED = value("memory.loss_fused_bytes_per_logit")
+_LOSS_MEGATRON = value("memory.loss_megatron_bytes_per_logit")
+_LOSS_TORCH = value("memory.loss_torch_fp32_bytes_per_logit")
+_LOSS_PARALLEL = value("memory.loss_parallel_dtensor_bytes_per_logit")
+
+
+def loss_bytes_per_logit(fw: FrameworkProfile, tp=1):
+    """Bytes per logit (of one micro-batch, on one rank) the loss holds at its peak, by the loss the
+    framework runs (constants memory.loss_*); ``tp`` may be an array (many plans)."""
+    if fw.loss_memory == "torch":
+        return where(tp > 1, _LOSS_PARALLEL, _LOSS_TORCH)
+    return _LOSS_FUSED if fw.fused_cross_entropy else _LOSS_MEGATRON
+
+
+# ---- PyTorch's CUDA caching allocator: what it reserves for the blocks it hands out ------------------
+_MIN_BLOCK = int(value("memory.allocator.min_block_bytes"))
+_SMALL_SIZE = int(value("memory.allocator.small_size_bytes"))
+_SMALL_BUFFER = int(value("memory.allocator.small_buffer_bytes"))
+_LARGE_BUFFER = int(value("memory.allocator.large_buffer_bytes"))
+_MIN_LARGE_ALLOC = int(value("memory.allocator.min_large_alloc_bytes"))
+_ROUND_LARGE = int(value("memory.allocator.round_large_bytes"))
+
+
+def _ceil_to(n: int, unit: int) -> int:
+    return -(-n // unit) * unit
+
+
+def allocator_block_bytes(size: int) -> int:
+    """The block the caching allocator hands out for a request of ``size`` bytes (round_size: a
+    multiple of kMinBlockSize, 512 B)."""
+    return _ceil_to(max(int(size), 1), _MIN_BLOCK)
+
+
+def allocator_segment_bytes(size: int) -> int:
+    """The cudaMalloc a request of ``size`` bytes makes when no cached block fits (get_allocation_size):
+    a 2 MiB segment for small blocks (<= 1 MiB), a 20 MiB one for blocks under 10 MiB, else the
+    block rounded up to 2 MiB. Without expandable segments."""
+    block = allocator_block_bytes(size)
+    if block <= _SMALL_SIZE:
+        return _SMALL_BUFFER
+    if block < _MIN_LARGE_ALLOC:
+        return _LARGE_BUFFER
+    return _ceil_to(block, _ROUND_LARGE)
+
+
+def reserved_bytes(live_sizes, expandable_segments: bool = False) -> int:
+    """What the allocator reserves to hold ``live_sizes`` (bytes of the tensors alive together) by its
+    rounding rules alone, with no free block between live ones: small blocks packed into 2 MiB segments,
+    blocks under 10 MiB into 20 MiB ones, larger ones in a segment of their own rounded up to 2 MiB;
+    with ``expandable_segments`` (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) one segment per
+    pool mapped in 2 MiB (small) and 20 MiB (large) pages. Reserved beyond this is fragmentation: free
+    blocks between live ones, which depends on the order of allocations, not on their sizes."""
+    blocks = [allocator_block_bytes(n) for n in live_sizes]
+    small = sum(b for b in blocks if b <= _SMALL_SIZE)
+    large = [b for b in blocks if b > _SMALL_SIZE]
+    if expandable_segments:
+        return _ceil_to(small, _SMALL_BUFFER) + _ceil_to(sum(large), _LARGE_BUFFER)
+    medium = sum(b for b in large if b < _MIN_LARGE_ALLOC)
+    own = sum(_ceil_to(b, _ROUND_LARGE) for b in large if b >= _MIN_LARGE_ALLOC)
+    return _ceil_to(small, _SMALL_BUFFER) + _ceil_to(medium, _LARGE_BUFFER) + own
+
 
 def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none") -> float:
     """Bytes one layer keeps for its backward, for one micro-batch, on one rank."""
     T, h, a = c.tokens, c.hidden, c.act_bytes
     rows = c.norm_rows
-    gemm_in = rows  # with SP the gathered norm output is not kept: it is re-gathered for wgrad
+    # Megatron with SP keeps the sharded norm output and re-gathers it for the weight gradient
+    # (Korthikanti et al. 2022 Sec. 4.2.2); DTensor's SP keeps the gathered input its GEMMs saw
+    gemm_in = c.tokens if c.sp_keeps_gathered else rows
     if recompute == "full":
         return rows * h * a
     if recompute == "selective_ops":
@@ -53,6 +116,16 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     # MLP block: norm input, up-projection input, activation input, down-projection input, mask
     total += rows * h * a + rows * h * mask
     ups = 2 if c.gated else 1
+    if not c.fused_norm:
+        # eager PyTorch (composite norm in fp32): each op saves what it computes on. The norm saves
+        # x.float() and its 16-bit output instead of its 16-bit input (+4 bytes per element, two norms);
+        # RoPE on view_as_complex(xq.float()) saves the fp32 complex q and k (torchtitan, Meta's Llama
+        # reference model.py); SwiGLU as F.silu(w1(x)) * w3(x) also keeps silu's output for the product
+        total += 2 * rows * h * 4
+        if c.rope and not c.fused_rope:
+            total += T * (c.heads * c.qk_head_dim + c.kv_heads * c.qk_head_dim) * 4
+        if c.gated and not c.fused_bias_act and not moe:
+            total += T * c.ffn * a
     if moe:
         tokens = c.moe_tokens
         routed = tokens * c.top_k
@@ -96,7 +169,7 @@ class MemoryEstimate:
 
 
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense, expert, dp_cp, edp,
-                 pp: int = 1, microbatches=1,
+                 pp: int = 1, microbatches=1, tp=1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
                  logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
@@ -104,7 +177,8 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     embedding or head); ``act_*``: activation bytes of one layer and micro-batch
     (``act_full_layer``: what the layer being recomputed holds beyond what it kept, while its
     recomputed part lives for its backward: the largest layer kind of the stage);
-    ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere);
+    ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere), ``tp`` the
+    tensor-parallel size (which loss a framework runs);
     ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
     z = zero_stage
@@ -146,9 +220,12 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     mean_layer = (act_dense * layers_dense + act_moe * layers_moe) / max(1, n_layers)
     acts = mean_layer * in_flight_layers
     acts += act_full_layer  # the layer being recomputed, during its backward
-    if logits is not None:  # logits of one micro-batch: the fused loss keeps 16-bit gradients, else fp32 copies
-        acts += logits * (2 if fw.fused_cross_entropy else 4 + 4)
+    if logits is not None:  # the loss of one micro-batch at its peak (loss_bytes_per_logit)
+        acts += logits * loss_bytes_per_logit(fw, tp)
     if embedding_rows_bytes is not None:
         acts += embedding_rows_bytes * embedding_in_flight
-    other += fw.allocator_overhead * (acts + weights + grads)
+    # fragmentation of what the caching allocator hands out and takes back; buffers allocated once
+    # and never freed leave no holes (contiguous_param_grad_buffers)
+    churned = acts if fw.contiguous_param_grad_buffers else acts + weights + grads
+    other += fw.allocator_overhead * churned
     return {"weights": weights, "gradients": grads, "optimizer": optimizer, "activations": acts, "other": other}

@@ -77,6 +77,10 @@ class FrameworkProfile:
     overlap_pp_comm: bool = True
     base_memory_bytes: float = value("memory.base_bytes")  # CUDA context, library workspaces, NCCL buffers
     allocator_overhead: float = value("memory.allocator_overhead")  # caching allocator fragmentation
+    # weights and gradients live in contiguous buffers allocated once (Megatron-Core DDP's
+    # _ParamAndGradBuffer: one torch.zeros for the parameters, one for the gradients, per dtype), so
+    # fragmentation (allocator_overhead) only comes from what is allocated and freed each step
+    contiguous_param_grad_buffers: bool = False
     # True: 16-bit weights, fp32 master + Adam moments in the optimizer (Megatron, DeepSpeed: 2 + g + 12
     # bytes/param). False: fp32 weights used through autocast, Adam moments only (PyTorch AMP, FSDP2
     # with fp32 sharded params: 4 + 4 + 8 bytes/param, plus a 16-bit copy of the weights in use).
@@ -85,6 +89,14 @@ class FrameworkProfile:
     # what recompute=selective repeats: "attention" (Megatron: the attention core, Korthikanti et al.
     # 2022) or "ops" (torchtitan's op-level SAC: keeps attention and every other matmul output)
     selective_recompute: str = "attention"
+    # the loss as memory sees it (constants memory.loss_*): "" = the fused loss (fused_cross_entropy) or
+    # Megatron's vocab-parallel one; "torch" = F.cross_entropy on fp32 logits (torchtitan's loss_fn),
+    # DTensor's loss_parallel with TP
+    loss_memory: str = ""
+    # TP with sequence parallelism keeps the all-gathered input of the column-parallel GEMMs for their
+    # backward (DTensor: the redistributed input is what F.linear saves) instead of re-gathering it in
+    # backward from the sharded norm output as Megatron does (Korthikanti et al. 2022 Sec. 4.2.2)
+    sp_saves_gathered_input: bool = False
     # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
     # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
     fsdp_unsharded_with_pp: bool = False
@@ -155,7 +167,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # (off by default). bf16 gradients reduced in fp32 ("bfloat16 requires gradient accumulation and
     # all-reduce to be done in fp32", arguments.py).
     FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
-                     family="megatron", released="2024-01"),
+                     contiguous_param_grad_buffers=True, family="megatron", released="2024-01"),
     # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
     # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
     # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16
@@ -164,9 +176,9 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # False. Both releases below differ in nothing this profile models; they are kept apart so a run
     # names its release and a later difference has a place.
     FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     released="2024-07"),
+                     contiguous_param_grad_buffers=True, released="2024-07"),
     FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     released="2025-02"),
+                     contiguous_param_grad_buffers=True, released="2025-02"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
     # - attention: FusedScaleMaskSoftmax (masked_softmax_fusion on by default) unless
     #   --use-flash-attn / --use-flash-attn-v2 / --use-flash-attn-triton (all store_true): unfused
@@ -204,12 +216,19 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   loss stay eager (train.py: "if job_config.training.compile: loss_fn = torch.compile(loss_fn)"
     #   commented out)
     # - FSDP2 (ZeRO-3) by default, TP always with sequence parallelism (SequenceParallel on the norms)
+    # - memory: the loss is F.cross_entropy(pred.flatten(0, 1).float(), ...) with 'del pred' before
+    #   backward (train.py), under torch.distributed.tensor.parallel.loss_parallel when TP is on; the TP
+    #   plan redistributes the Shard(1) norm outputs to Replicate before wq/wk/wv and w1/w3
+    #   (PrepareModuleInput + ColwiseParallel, parallelize_llama.py), so each GEMM saves the gathered input;
+    #   run_llama_train.sh sets PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"; the logged memory
+    #   is the caching allocator's peak reserved bytes (metrics.py, reserved_bytes.all.peak)
     FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
+                     loss_memory="torch", sp_saves_gathered_input=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
@@ -217,6 +236,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
+                     loss_memory="torch", sp_saves_gathered_input=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
 )
 
@@ -240,7 +260,8 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
                      master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
-                     fsdp_unsharded_with_pp=True, capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
+                     fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True,
+                     capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
     FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, grad_reduce_bytes=4,

@@ -62,6 +62,7 @@ class LayerContext:
     fused_norm: bool = True  # one norm kernel; False: PyTorch's composite in fp32 (eager)
     vocab_pad: int = 1      # the framework pads the vocabulary to a multiple of vocab_pad x tp
     loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
+    sp_keeps_gathered: bool = False  # with SP, the column-parallel GEMMs save their all-gathered input (DTensor)
 
     @property
     def moe_tokens(self) -> int:
