@@ -99,6 +99,9 @@ class Kernel:
     comm_bytes: float = 0.0   # the full buffer, as clustertwin's ops count it (0: not recorded)
     group_size: int = 0       # ranks in the collective's group (0: not recorded)
     group_ranks: tuple[int, ...] = ()
+    group_name: str = ""      # the process group's name (``Process Group Name``/``pg_name``: "0", "3", ...)
+    group_desc: str = ""      # its description where the trace has one (``Process Group Description``)
+    phase: str = ""           # fwd | bwd (launched under an autograd backward op) | "" (no CPU op known)
     bytes: float = 0.0        # memcpy/memset bytes; elementwise: bytes read + written, estimated from shapes
 
     @property
@@ -246,6 +249,25 @@ def _elementwise_bytes(dims: list, types: list) -> float:
     return float(sum(sizes) + max(sizes)) if sizes and max(sizes) > 0 else 0.0
 
 
+def group_label(args: dict) -> tuple[str, str]:
+    """(process group name, description) from a collective's args (Kineto's ``Process Group Name``/
+    ``Process Group Description``, Chakra's ``pg_name``/``pg_desc``), "" where absent."""
+    name = args.get("Process Group Name", args.get("pg_name"))
+    desc = args.get("Process Group Description", args.get("pg_desc"))
+    return ("" if name is None else str(name)), ("" if desc is None else str(desc))
+
+
+def is_backward(ops: Iterable[dict]) -> bool:
+    """Whether a kernel launched under ``ops`` (its enclosing CPU ops) runs in the backward pass: an
+    autograd node (``autograd::engine::evaluate_function: MmBackward0``, ``AddmmBackward0``) or an op
+    carrying ``Fwd thread id`` (PyTorch marks the ops autograd runs for a forward op with it)."""
+    for a in ops:
+        n = str(a.get("name") or "")
+        if "Backward" in n or n.startswith("autograd::engine") or "Fwd thread id" in (a.get("args") or {}):
+            return True
+    return False
+
+
 def _comm_from_args(args: dict) -> tuple[str, float, int, tuple[int, ...]]:
     """(collective, full-buffer bytes, group size, group ranks) from NCCL-profiler args, where present."""
     name = str(args.get("Collective name") or "").lower()
@@ -380,6 +402,7 @@ def read_trace(path: str | Path) -> Trace:
         if cat != "kernel":
             k.bytes = float(args.get("bytes") or 0.0) * (2.0 if cat == "gpu_memcpy" and "DtoD" in name else 1.0)
         if chain:
+            k.phase = "bwd" if is_backward(chain) else "fwd"
             inner = chain[-1]
             k.op = str(inner.get("name") or "")
             k.op_id = id(inner)
@@ -399,17 +422,20 @@ def read_trace(path: str | Path) -> Trace:
                 k.bytes = _elementwise_bytes(_dims(a), _types(a))
         if category in ("collective", "p2p"):
             kind, nbytes, size, ranks = _comm_from_args(args)
+            k.group_name, k.group_desc = group_label(args)
             if not nbytes:
                 for a in reversed(chain):
                     if a.get("name") == "record_param_comms":
                         kind2, nbytes, size, ranks = _comm_from_args(a.get("args") or {})
                         kind = kind or kind2
+                        k.group_name, k.group_desc = group_label(a.get("args") or {})
                         break
                 else:
                     rc = comms_by_ext.get(ext) if ext is not None else None
                     if rc is not None:
                         kind2, nbytes, size, ranks = _comm_from_args(rc.get("args") or {})
                         kind = kind or kind2
+                        k.group_name, k.group_desc = group_label(rc.get("args") or {})
             k.collective = kind if kind in _NCCL_KIND.values() else nccl_kind(name)
             if k.collective == "send_recv":
                 k.category = "p2p"

@@ -1,0 +1,304 @@
+"""Measured kernels matched to the twin's named ops, and collectives to the plan's process groups.
+
+- **Named GEMMs.** A traced GEMM op (its kernels summed) is the graph op of the traced stage with the
+  same (batch, m, n, k) in the same pass: forward ops in the forward, ``dgrad``/``wgrad`` and recomputed
+  forward ops in the backward (a kernel launched under an autograd node, ``...Backward0``, is a backward
+  one). PyTorch and Megatron compute a weight gradient as dY^T X, the transpose of the twin's
+  ``wgrad`` (X^T dY), so a ``wgrad`` is matched as (n, m, k). Ops with one shape in one pass (a layer's
+  ``mlp.up.dgrad`` and ``mlp.down`` in a trace with no pass recorded) share a row.
+- **Named attention, norms, RoPE, activations, loss, embedding, optimizer**: by kernel name and the
+  launching CPU op (``flash_bwd`` -> ``attn.flash.bwd``; ``*layer_norm*``/``*rms*`` -> the norms;
+  ``rotary``/``rope`` -> ``attn.rope``; ``silu``/``gelu``/``swiglu`` -> ``mlp.act``; ``cross_entropy``/
+  ``log_softmax``/``nll`` -> ``head.cross_entropy``); the rest of the memory-bound kernels against the
+  rest of the twin's elementwise ops.
+- **Collectives to groups** (tp, cp, dp_cp, ep, edp, pp, Megatron rank order as ``parallel.layout``):
+  the group whose members equal the kernel's ``Process Group Ranks``; else the role its
+  ``Process Group Description`` names (``mesh_tp``, ``TENSOR_MODEL_PARALLEL_GROUP``, ...); else the
+  groups of the traced size, told apart by the collective (all-to-all: ep; send/recv: pp) and then by
+  the message size closest to the twin's op of that kind in the group.
+"""
+from __future__ import annotations
+
+import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..parallel.layout import ParallelDims
+from ..schedule.step import Pricer
+from ..workload.graph import WorkloadGraph
+from ..workload.ops import Op, OpKind, Phase
+from .kineto import Kernel, Trace
+
+GROUPS = ("tp", "cp", "dp_cp", "ep", "edp", "pp")
+
+
+def stage_of_rank(rank: int, plan: Any) -> int:
+    """The pipeline stage of global ``rank`` in Megatron's rank order (tp, cp, dp inner; pp outermost)."""
+    d = ParallelDims.of(plan)
+    per_stage = int(d.tp * d.cp * d.dp)
+    return min(int(d.pp) - 1, max(0, rank) // max(1, per_stage))
+
+
+@dataclass(frozen=True)
+class TwinOp:
+    op: Op
+    count: float        # per step on one rank of the stage
+    phase: str          # fwd | bwd (backward and recompute) | step
+    label: str          # the op's name, "(recompute)" added for recomputed forward ops
+
+
+def stage_ops(graph: WorkloadGraph, stage: int) -> list[TwinOp]:
+    """Every op one rank of ``stage`` runs in a step, with its count (layers x micro-batches)."""
+    st = graph.stages[stage]
+    mb = graph.num_microbatches
+    out = [TwinOp(op, rep * mb, "fwd", op.name) for op, rep in st.ops(Phase.FWD)]
+    out += [TwinOp(op, rep * mb, "bwd", op.name) for op, rep in st.ops(Phase.BWD)]
+    out += [TwinOp(op, rep * mb, "bwd", f"{op.name} (recompute)") for op, rep in st.ops(Phase.RECOMPUTE)]
+    out += [TwinOp(op, mb, "fwd" if op.phase == Phase.FWD else "bwd", op.name) for op in st.p2p]
+    out += [TwinOp(op, mb, "step", op.name) for op in st.microbatch_dp_ops]
+    out += [TwinOp(op, 1, "step", op.name) for op in st.step_ops]
+    return out
+
+
+@dataclass
+class OpRow:
+    """One named op (or ops sharing a shape), per step on one rank."""
+    op: str
+    category: str
+    measured_count: float
+    predicted_count: float
+    measured_s: float
+    predicted_s: float
+    shape: str = ""
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_s / self.measured_s if self.measured_s > 0 else float("inf")
+
+    @property
+    def ratio_per_instance(self) -> float:
+        """Predicted over measured time of one instance: the ratio that holds when the trace covers only part
+        of a step (or another micro-batch count) than the twin's."""
+        if self.measured_s <= 0 or self.measured_count <= 0 or self.predicted_count <= 0:
+            return float("inf")
+        return (self.predicted_s / self.predicted_count) / (self.measured_s / self.measured_count)
+
+
+def _gemm_key(twin: TwinOp, phased: bool) -> tuple:
+    b, m, n, k = twin.op.shape
+    if twin.op.name.endswith(".wgrad"):
+        m, n = n, m
+    return (twin.phase if phased else "", b, m, n, k)
+
+
+def _join(labels: list[str]) -> str:
+    return " + ".join(dict.fromkeys(labels))
+
+
+# (row, twin op test, kernel test): kernel text is its family, name and launching op, lower case
+_ELEMENTWISE_ROWS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
+    ("norms", lambda n: n.split(".")[0] in ("norm1", "norm2", "final_norm"), ("layer_norm", "layernorm", "rms_norm",
+                                                                               "rmsnorm", "rms", "_norm_")),
+    ("attn.rope", lambda n: n.startswith("attn.rope"), ("rotary", "rope")),
+    ("mlp.act", lambda n: n.startswith("mlp.act") or n.startswith("moe.act") or ".act" in n,
+     ("silu", "swiglu", "gelu", "geglu", "glu_kernel")),
+    ("head.cross_entropy", lambda n: n.startswith("head.cross_entropy"), ("cross_entropy", "log_softmax", "nll_loss")),
+)
+
+
+def _elementwise_row(k: Kernel) -> str:
+    text = f"{k.family} {k.name[:200]} {k.op}".lower()
+    if "batch_norm" in text:
+        return "other elementwise"
+    for row, _, pats in _ELEMENTWISE_ROWS:
+        if any(p in text for p in pats):
+            return row
+    return "other elementwise"
+
+
+def _twin_elementwise_row(name: str) -> str:
+    for row, test, _ in _ELEMENTWISE_ROWS:
+        if test(name):
+            return row
+    return "other elementwise"
+
+
+def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pricer) -> list[OpRow]:
+    """Measured kernels per named op of the twin (per step: measured averaged over ``nsteps`` steps)."""
+    rows: dict[tuple[str, str], OpRow] = {}
+
+    def row(cat: str, label: str, shape: str = "") -> OpRow:
+        return rows.setdefault((cat, label), OpRow(label, cat, 0.0, 0.0, 0.0, 0.0, shape))
+
+    # ---- GEMMs by shape and pass
+    gemm_ops: dict[tuple[int, int], list[Kernel]] = defaultdict(list)
+    for n, t in enumerate(traces):
+        for k in t.kernels:
+            if k.step >= 0 and k.category == "gemm" and k.gemm is not None and k.dur > 0:
+                gemm_ops[(n, k.op_id)].append(k)
+    phased = bool(gemm_ops) and all(ks[0].phase for ks in gemm_ops.values())
+    twin_gemms = [x for x in twin if x.op.kind == OpKind.GEMM and len(x.op.shape) == 4]
+    by_key: dict[tuple, list[TwinOp]] = defaultdict(list)
+    for x in twin_gemms:
+        by_key[_gemm_key(x, phased)].append(x)
+    label_of = {key: _join([x.label for x in xs]) for key, xs in by_key.items()}
+    for key, xs in by_key.items():
+        _, b, m, nn, kk = key
+        r = row("gemm", label_of[key], f"{b}x {m}x{nn}x{kk}" if b > 1 else f"{m}x{nn}x{kk}")
+        r.predicted_count += sum(x.count for x in xs)
+        r.predicted_s += sum(pricer.time(x.op) * x.count for x in xs)
+    for ks in gemm_ops.values():
+        g = ks[0].gemm
+        assert g is not None
+        ph = ks[0].phase if phased else ""
+        for key in ((ph, g.batch, g.m, g.n, g.k), (ph, g.batch, g.n, g.m, g.k)):
+            if key in by_key:
+                r = row("gemm", label_of[key])
+                break
+        else:
+            r = row("gemm", "(GEMMs of shapes not in the graph)")
+        r.measured_count += 1 / nsteps
+        r.measured_s += sum(k.dur for k in ks) * 1e-6 / nsteps
+    # ---- attention, memory-bound work, embedding, optimizer by name
+    for x in twin:
+        kind = x.op.kind
+        if kind == OpKind.ATTENTION:
+            r = row("attention", x.op.name.split(" ")[0])
+        elif kind == OpKind.ELEMENTWISE:
+            r = row("elementwise", _twin_elementwise_row(x.op.name))
+        elif kind == OpKind.EMBEDDING:
+            r = row("embedding", "embedding")
+        elif kind == OpKind.OPTIMIZER:
+            r = row("optimizer", "optimizer")
+        elif kind == OpKind.GEMM and len(x.op.shape) != 4:
+            r = row("gemm", x.label)
+        else:
+            continue
+        r.predicted_count += x.count * max(1, x.op.kernels)
+        r.predicted_s += pricer.time(x.op) * x.count
+    attn_fwd = next((lbl for (c, lbl) in rows if c == "attention" and not lbl.endswith(".bwd")), "attention")
+    for t in traces:
+        for k in t.kernels:
+            if k.step < 0:
+                continue
+            if k.category == "attention":
+                bwd = k.phase == "bwd" or "bwd" in k.name.lower() or "backward" in k.op.lower()
+                r = row("attention", attn_fwd + ".bwd" if bwd else attn_fwd)
+            elif k.category == "elementwise":
+                r = row("elementwise", _elementwise_row(k))
+            elif k.category in ("embedding", "optimizer"):
+                r = row(k.category, k.category)
+            else:
+                continue
+            r.measured_count += 1 / nsteps
+            r.measured_s += k.dur * 1e-6 / nsteps
+    order = {"gemm": 0, "attention": 1, "elementwise": 2, "embedding": 3, "optimizer": 4}
+    return sorted(rows.values(), key=lambda r: (order.get(r.category, 9), -(r.measured_s + r.predicted_s)))
+
+
+# ---- collectives to process groups ----------------------------------------------------------------
+def group_shapes(plan: Any) -> dict[str, tuple[int, int]]:
+    """(size, stride) of the plan's process groups in Megatron's rank order; pp as the whole pipeline."""
+    d = ParallelDims.of(plan)
+    shapes = {g: (int(s), int(st)) for g, (s, st) in d.group_shapes().items()}
+    shapes["pp"] = (int(d.pp), int(d.tp * d.cp * d.dp))
+    return {g: v for g, v in shapes.items() if v[0] > 1}
+
+
+def members(rank: int, size: int, stride: int) -> tuple[int, ...]:
+    """The ranks of the (size, stride) group that holds ``rank``."""
+    base = rank - ((rank // stride) % size) * stride
+    return tuple(base + i * stride for i in range(size))
+
+
+_ROLE = (("edp", r"expert[_ ]?data|\bedp\b|expt_dp"), ("ep", r"expert|\bep\b|mesh_ep"),
+         ("tp", r"tensor|\btp\b|mesh_tp"), ("cp", r"context|\bcp\b|mesh_cp"),
+         ("pp", r"pipe|\bpp\b|mesh_pp"), ("dp_cp", r"data|\bdp|fsdp|shard|replicate|mesh_dp"))
+
+
+def role_of(desc: str) -> str:
+    """The group a process group's description names (``TENSOR_MODEL_PARALLEL_GROUP``, ``mesh_tp``), or ""."""
+    d = desc.lower().replace("-", "_")
+    for g, pat in _ROLE:
+        if re.search(pat, d.replace("_", " ")) or re.search(pat, d):
+            return g
+    return ""
+
+
+_KIND_PREF = {"all_to_all": ("ep",), "send_recv": ("pp", "cp"),
+              "all_reduce": ("tp", "dp_cp", "edp", "cp"), "reduce_scatter": ("dp_cp", "edp", "tp"),
+              "all_gather": ("dp_cp", "edp", "tp", "cp")}
+
+
+def assign_group(k: Kernel, shapes: dict[str, tuple[int, int]], twin_bytes: dict[tuple[str, str], list[float]]
+                 ) -> tuple[str, str]:
+    """(group, how) for one traced collective: how is ranks | name | size | size+bytes | "" (unassigned)."""
+    if len(k.group_ranks) >= 2:
+        rs = tuple(sorted(set(k.group_ranks)))
+        hit = [g for g, (s, st) in shapes.items() if s == len(rs) and members(rs[0], s, st) == rs]
+        if len(hit) == 1:
+            return hit[0], "ranks"
+        if hit:
+            pref = [g for g in _KIND_PREF.get(k.collective, ()) if g in hit]
+            return (pref or hit)[0], "ranks"
+    role = role_of(k.group_desc) if k.group_desc else ""
+    if role and role in shapes:
+        return role, "name"
+    size = k.group_size or len(k.group_ranks)
+    cands = [g for g, (s, _) in shapes.items() if s == size]
+    if not cands:
+        return "", ""
+    if len(cands) == 1:
+        return cands[0], "size"
+    pref = [g for g in _KIND_PREF.get(k.collective, ()) if g in cands]
+    if len(pref) == 1 or not k.comm_bytes:
+        return (pref or cands)[0], "size"
+    sized = [(abs(math.log(k.comm_bytes / b)), g) for g in (pref or cands) for b in twin_bytes.get((g, k.collective), ())
+             if b > 0]
+    if sized:
+        return min(sized)[1], "size+bytes"
+    return (pref or cands)[0], "size"
+
+
+@dataclass
+class GroupRow:
+    group: str            # tp | cp | dp_cp | ep | edp | pp | "(unassigned)"
+    size: int
+    measured_count: float
+    measured_s: float
+    predicted_count: float
+    predicted_s: float
+    how: dict[str, int] = field(default_factory=dict)   # assignment method -> kernels
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_s / self.measured_s if self.measured_s > 0 else float("inf")
+
+
+def group_rows(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pricer, plan: Any) -> list[GroupRow]:
+    """Measured collective and p2p kernel time per process group of the plan, beside the twin's."""
+    shapes = group_shapes(plan)
+    twin_bytes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    rows: dict[str, GroupRow] = {}
+
+    def row(g: str) -> GroupRow:
+        return rows.setdefault(g, GroupRow(g or "(unassigned)", shapes.get(g, (0, 0))[0], 0.0, 0.0, 0.0, 0.0))
+    for x in twin:
+        if x.op.kind in (OpKind.COLLECTIVE, OpKind.P2P) and x.op.group:
+            twin_bytes[(x.op.group, x.op.collective)].append(x.op.comm_bytes)
+            r = row(x.op.group)
+            r.predicted_count += x.count
+            r.predicted_s += pricer.time(x.op) * x.count
+    for t in traces:
+        for k in t.kernels:
+            if k.step < 0 or k.category not in ("collective", "p2p"):
+                continue
+            g, how = assign_group(k, shapes, twin_bytes)
+            r = row(g)
+            r.measured_count += 1 / nsteps
+            r.measured_s += k.dur * 1e-6 / nsteps
+            r.how[how or "none"] = r.how.get(how or "none", 0) + 1
+    order = {g: i for i, g in enumerate(GROUPS)}
+    return sorted(rows.values(), key=lambda r: order.get(r.group, 99))
