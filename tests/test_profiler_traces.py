@@ -538,8 +538,49 @@ def test_group_assignment_by_size_and_message() -> None:
     assert assign_group(k, shapes, twin) == ("", "")
 
 
-def test_named_op_ratio_per_instance() -> None:
+def test_named_op_ratio_same_work() -> None:
     from clustertwin.profiler.named import OpRow
     r = OpRow("mlp.up", "gemm", measured_count=2, predicted_count=48, measured_s=1e-4, predicted_s=48 * 6e-5)
-    assert r.ratio == pytest.approx(28.8) and r.ratio_per_instance == pytest.approx(1.2)
-    assert math.isinf(OpRow("x", "gemm", 0, 1, 0, 1).ratio_per_instance)
+    assert r.ratio == pytest.approx(28.8) and r.ratio_same_work == pytest.approx(1.2)     # per instance
+    r.measured_flops, r.predicted_flops = 2e9, 48 * 2e9        # a fused op traced as two halves: per FLOP
+    assert r.ratio_same_work == pytest.approx(0.6)
+    assert math.isinf(OpRow("x", "gemm", 0, 1, 0, 1).ratio_same_work)
+
+
+# ---- a real LLM trace: Qwen1.5-0.5B forward on an H100 (TraceLens test data, MIT; see SOURCE.md) ---------
+QWEN = DATA / "tracelens_qwen1.5-0.5b_fwd_h100.json.gz"
+QWEN_JOB = ("--model", DATA / "qwen1.5-0.5b.yaml", "--num-gpus", "1", "--plan", "tp=1,pp=1,dp=1", "--seq-len", "559",
+            "--micro-batch", "16", "--global-batch", "16")
+
+
+def test_llm_trace_gemms_land_on_the_named_ops(capsys) -> None:
+    code, out, _ = run(capsys, "compare-trace", QWEN, *QWEN_JOB, "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["job"]["gpu"] == "h100-sxm" and d["traces"][0]["record_shapes"]     # --gpu from deviceProperties
+    rows = {r["op"]: r for r in d["named_ops"]}
+    T = 16 * 559                                                                   # batch 16 x 559 tokens
+    # Hugging Face runs gate and up apart: 48 GEMMs of T x 2816 x 1024 are the twin's 24 fused mlp.up
+    up = rows["mlp.up"]
+    assert up["count_per_step"] == {"measured": 48, "predicted": 24}
+    # q, k, v and o_proj are all T x 1024 x 1024 (16 heads of 64, as many KV heads): one row for both ops
+    qkvo = rows["attn.qkv + attn.proj"]
+    assert qkvo["count_per_step"] == {"measured": 96, "predicted": 48}
+    assert rows["mlp.down"]["count_per_step"] == {"measured": 24, "predicted": 24}
+    assert rows["mlp.down"]["shape"] == f"{T}x1024x2816"
+    for r in (up, qkvo, rows["mlp.down"]):
+        assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["ratio_same_work"] > 0
+    # a forward pass: nothing measured in the backward ops; the rotary GEMV is no op of the graph
+    assert rows["mlp.up.wgrad"]["measured_s"] == 0 and rows["attn.flash"]["measured_s"] > 0
+    assert rows["(GEMMs of shapes not in the graph)"]["count_per_step"]["measured"] == 1
+    assert d["groups"] == []                                                       # one GPU: no groups
+    # eager RMSNorm's generic kernels (pow, mean, rsqrt, mul) are found through their nn.Module (with_modules)
+    assert rows["norms"]["measured_s"] > 0 and rows["norms"]["count_per_step"]["measured"] >= 49
+
+
+def test_llm_trace_kernels_know_their_module() -> None:
+    t = read_trace(QWEN)
+    mods = {k.module for k in t.kernels if k.module}
+    assert {"Qwen2RMSNorm", "SiLU", "Linear"} <= mods
+    gemm = next(k for k in t.kernels if k.gemm is not None and k.gemm.n == 2816)
+    assert gemm.phase == "fwd" and gemm.module == "Linear" and gemm.op in ("aten::mm", "aten::linear", "aten::matmul")

@@ -86,11 +86,11 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
                     Col("pred/\nmeas", "right")], crow,
                    f"kernel time per category (predicted: one rank of stage {c.stage}, from {c.stage_from})"))
     nrow = [(r.op, f"{r.measured_count:g}", f"{r.predicted_count:g}", _ms(r.measured_s), _ms(r.predicted_s),
-             f"{r.ratio_per_instance:.2f}" if math.isfinite(r.ratio_per_instance) else "-")
+             f"{r.ratio_same_work:.2f}" if math.isfinite(r.ratio_same_work) else "-")
             for r in c.named if r.measured_s > 0 or r.predicted_s > 0]
     if nrow:
         out.append(Fit([Col("named op (twin)", flex="cut"), Col("meas\n#/step", "right"), Col("pred\n#/step", "right"),
-                        Col("measured\nms/step", "right"), Col("predicted\nms/step", "right"), Col("pred/meas\nper op", "right")],
+                        Col("measured\nms/step", "right"), Col("predicted\nms/step", "right"), Col("pred/meas\nsame work", "right")],
                        nrow, "per named op: GEMMs by shape and pass, the rest by kernel name"))
     grow = [(r.group, str(r.size or "-"), f"{r.measured_count:g}", f"{r.predicted_count:g}", _ms(r.measured_s),
              _ms(r.predicted_s), _ratio(r.predicted_s, r.measured_s),

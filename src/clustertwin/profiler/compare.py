@@ -37,7 +37,7 @@ from ..workload.graph import WorkloadGraph, build_graph
 from ..workload.ops import OpKind
 from .kineto import GemmShape, Kernel, Trace
 from .measure import gemm_op, gemm_samples
-from .named import GroupRow, OpRow, TwinOp, group_rows, named_ops, stage_of_rank, stage_ops
+from .named import GroupRow, OpRow, TwinOp, fused_parts, group_rows, named_ops, stage_of_rank, stage_ops
 
 COMM = ("collective", "p2p")
 COMPUTE_CATS = ("gemm", "attention", "elementwise", "embedding", "conv", "other")
@@ -310,7 +310,7 @@ class TraceComparison:
                            "count_per_step": {"measured": r.measured_count, "predicted": r.predicted_count},
                            "measured_s": r.measured_s, "predicted_s": r.predicted_s,
                            "ratio": r.ratio if r.measured_s > 0 else None,
-                           "ratio_per_instance": r.ratio_per_instance if math.isfinite(r.ratio_per_instance) else None}
+                           "ratio_same_work": r.ratio_same_work if math.isfinite(r.ratio_same_work) else None}
                           for r in self.named],
             "groups": [{"group": r.group, "size": r.size,
                         "count_per_step": {"measured": r.measured_count, "predicted": r.predicted_count},
@@ -359,7 +359,7 @@ def compare_traces(traces: list[Trace], job: TrainingJob, profile: HardwareProfi
         notes.append(f"the traces ran on {w} ranks, the job has {job.cluster.num_gpus} GPUs")
     nsteps = max(1, len(ms.steps))
     return TraceComparison(job, ms, pred, matched(ms, pricer, job.cluster.gpus_per_node), profile_name or profile.name,
-                           notes, stage, how, named_ops(traces, nsteps, twin, pricer),
+                           notes, stage, how, named_ops(traces, nsteps, twin, pricer, fused_parts(graph)),
                            group_rows(traces, nsteps, twin, pricer, graph.plan))
 
 

@@ -102,6 +102,7 @@ class Kernel:
     group_name: str = ""      # the process group's name (``Process Group Name``/``pg_name``: "0", "3", ...)
     group_desc: str = ""      # its description where the trace has one (``Process Group Description``)
     phase: str = ""           # fwd | bwd (launched under an autograd backward op) | "" (no CPU op known)
+    module: str = ""          # the innermost nn.Module that launched it (``with_modules=True``: "Qwen2RMSNorm")
     bytes: float = 0.0        # memcpy/memset bytes; elementwise: bytes read + written, estimated from shapes
 
     @property
@@ -315,6 +316,7 @@ def read_trace(path: str | Path) -> Trace:
                    "give a PyTorch profiler trace: prof.export_chrome_trace or tensorboard_trace_handler")
     gpu: list[dict] = []
     cpu_ops: list[dict] = []
+    modules: list[dict] = []      # python_function "nn.Module: Name_N" (with_modules=True)
     launches: dict[Any, dict] = {}
     steps: list[Step] = []
     for e in events:
@@ -334,7 +336,10 @@ def read_trace(path: str | Path) -> Trace:
                 launches[c] = e
         elif cat in ("cpu_op", "user_annotation", "Operator", "python_function") or not cat:
             m = _STEP_RE.match(name)
-            if m and cat != "gpu_user_annotation":
+            if cat == "python_function":
+                if name.startswith("nn.Module: "):
+                    modules.append(e)
+            elif m and cat != "gpu_user_annotation":
                 steps.append(Step(name, int(m.group(1)), ts, ts + dur))
             elif cat == "cpu_op" or cat == "Operator":
                 cpu_ops.append(e)
@@ -355,7 +360,7 @@ def read_trace(path: str | Path) -> Trace:
         device_mem = float(mem) if isinstance(mem, (int, float)) else 0.0
     # which CPU ops enclose each launch: per thread, a sweep with a stack of open ops
     by_thread: dict[tuple, list[tuple[float, float, int, dict]]] = defaultdict(list)
-    for e in cpu_ops:
+    for e in cpu_ops + modules:
         by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), float(e.get("dur") or 0.0), 0, e))
     for e in launches.values():
         by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), float(e.get("dur") or 0.0), 1, e))
@@ -389,6 +394,8 @@ def read_trace(path: str | Path) -> Trace:
         i = bisect.bisect_right(starts, t_issue) - 1
         step = i if i >= 0 and t_issue <= steps[i].end else -1
         chain = list(ancestors.get(corr, [])) if corr is not None else []
+        mods = [a for a in chain if a.get("cat") == "python_function"]
+        chain = [a for a in chain if a.get("cat") != "python_function"]
         ext = args.get("External id")
         if not chain and ext is not None and ext in ops_by_ext and ext != corr:
             chain = [ops_by_ext[ext]]
@@ -399,6 +406,8 @@ def read_trace(path: str | Path) -> Trace:
         k = Kernel(name=name, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                    stream=int(args.get("stream", e.get("tid", 0)) if str(args.get("stream", e.get("tid", 0))).lstrip("-").isdigit() else 0),
                    category=category, family=family(name, category), step=step)
+        if mods:
+            k.module = re.sub(r"_\d+$", "", str(mods[-1].get("name", ""))[len("nn.Module: "):])
         if cat != "kernel":
             k.bytes = float(args.get("bytes") or 0.0) * (2.0 if cat == "gpu_memcpy" and "DtoD" in name else 1.0)
         if chain:

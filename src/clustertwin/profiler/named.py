@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..parallel.layout import ParallelDims
@@ -72,16 +72,23 @@ class OpRow:
     measured_s: float
     predicted_s: float
     shape: str = ""
+    measured_flops: float = 0.0     # per step, GEMMs with shapes only
+    predicted_flops: float = 0.0
 
     @property
     def ratio(self) -> float:
         return self.predicted_s / self.measured_s if self.measured_s > 0 else float("inf")
 
     @property
-    def ratio_per_instance(self) -> float:
-        """Predicted over measured time of one instance: the ratio that holds when the trace covers only part
-        of a step (or another micro-batch count) than the twin's."""
-        if self.measured_s <= 0 or self.measured_count <= 0 or self.predicted_count <= 0:
+    def ratio_same_work(self) -> float:
+        """Predicted over measured time for the same work: per FLOP where both sides count FLOPs (GEMMs:
+        a fused twin op traced as separate GEMMs compares right), else per instance. The ratio that holds
+        when the trace covers part of a step, or another micro-batch count, than the twin's."""
+        if self.measured_s <= 0:
+            return float("inf")
+        if self.measured_flops > 0 and self.predicted_flops > 0:
+            return (self.predicted_s / self.predicted_flops) / (self.measured_s / self.measured_flops)
+        if self.measured_count <= 0 or self.predicted_count <= 0:
             return float("inf")
         return (self.predicted_s / self.predicted_count) / (self.measured_s / self.measured_count)
 
@@ -103,13 +110,13 @@ _ELEMENTWISE_ROWS: tuple[tuple[str, Any, tuple[str, ...]], ...] = (
                                                                                "rmsnorm", "rms", "_norm_")),
     ("attn.rope", lambda n: n.startswith("attn.rope"), ("rotary", "rope")),
     ("mlp.act", lambda n: n.startswith("mlp.act") or n.startswith("moe.act") or ".act" in n,
-     ("silu", "swiglu", "gelu", "geglu", "glu_kernel")),
+     ("silu", "swiglu", "gelu", "geglu", "glu_kernel", "activation")),
     ("head.cross_entropy", lambda n: n.startswith("head.cross_entropy"), ("cross_entropy", "log_softmax", "nll_loss")),
 )
 
 
 def _elementwise_row(k: Kernel) -> str:
-    text = f"{k.family} {k.name[:200]} {k.op}".lower()
+    text = f"{k.family} {k.name[:200]} {k.op} {k.module}".lower()
     if "batch_norm" in text:
         return "other elementwise"
     for row, _, pats in _ELEMENTWISE_ROWS:
@@ -125,8 +132,43 @@ def _twin_elementwise_row(name: str) -> str:
     return "other elementwise"
 
 
-def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pricer) -> list[OpRow]:
-    """Measured kernels per named op of the twin (per step: measured averaged over ``nsteps`` steps)."""
+def fused_parts(graph: WorkloadGraph) -> dict[str, tuple[int, ...]]:
+    """The output widths of the GEMMs a fused twin GEMM stands for where a model may run them apart:
+    ``attn.qkv`` as q, k and v projections (Hugging Face models), a gated ``mlp.up`` as gate and up."""
+    c = graph.context
+    out: dict[str, tuple[int, ...]] = {}
+    if not c.mla:
+        out["attn.qkv"] = (c.heads * c.qk_head_dim, c.kv_heads * c.qk_head_dim, c.kv_heads * c.v_head_dim)
+    if c.gated:
+        out["mlp.up"] = (c.ffn, c.ffn)
+    return out
+
+
+def _part_keys(x: TwinOp, parts_of: dict[str, tuple[int, ...]], phased: bool) -> list[tuple]:
+    name = x.op.name
+    base = name.removesuffix(".dgrad").removesuffix(".wgrad")
+    if base not in parts_of:
+        return []
+    b, m, n, k = x.op.shape
+    out = []
+    for w in set(parts_of[base]):
+        shape = (b, m, n, w) if name.endswith(".dgrad") else (b, m, w, k)
+        out.append(_gemm_key(TwinOp(replace(x.op, shape=shape), x.count, x.phase, x.label), phased))
+    return out
+
+
+def _shape_label(x: TwinOp) -> str:
+    b, m, n, k = x.op.shape
+    if x.op.name.endswith(".wgrad"):
+        m, n = n, m
+    return f"{b}x {m}x{n}x{k}" if b > 1 else f"{m}x{n}x{k}"
+
+
+def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pricer,
+              parts_of: dict[str, tuple[int, ...]] | None = None) -> list[OpRow]:
+    """Measured kernels per named op of the twin (per step: measured averaged over ``nsteps`` steps).
+    ``parts_of``: the widths of fused GEMMs a trace may show apart (``fused_parts``)."""
+    parts_of = parts_of or {}
     rows: dict[tuple[str, str], OpRow] = {}
 
     def row(cat: str, label: str, shape: str = "") -> OpRow:
@@ -140,27 +182,68 @@ def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pric
                 gemm_ops[(n, k.op_id)].append(k)
     phased = bool(gemm_ops) and all(ks[0].phase for ks in gemm_ops.values())
     twin_gemms = [x for x in twin if x.op.kind == OpKind.GEMM and len(x.op.shape) == 4]
-    by_key: dict[tuple, list[TwinOp]] = defaultdict(list)
-    for x in twin_gemms:
-        by_key[_gemm_key(x, phased)].append(x)
-    label_of = {key: _join([x.label for x in xs]) for key, xs in by_key.items()}
-    for key, xs in by_key.items():
-        _, b, m, nn, kk = key
-        r = row("gemm", label_of[key], f"{b}x {m}x{nn}x{kk}" if b > 1 else f"{m}x{nn}x{kk}")
-        r.predicted_count += sum(x.count for x in xs)
-        r.predicted_s += sum(pricer.time(x.op) * x.count for x in xs)
-    for ks in gemm_ops.values():
+    exact: dict[tuple, list[int]] = defaultdict(list)
+    for i, x in enumerate(twin_gemms):
+        exact[_gemm_key(x, phased)].append(i)
+
+    def sample_key(ks: list[Kernel], keys: Any) -> tuple | None:
         g = ks[0].gemm
         assert g is not None
         ph = ks[0].phase if phased else ""
         for key in ((ph, g.batch, g.m, g.n, g.k), (ph, g.batch, g.n, g.m, g.k)):
-            if key in by_key:
-                r = row("gemm", label_of[key])
-                break
-        else:
-            r = row("gemm", "(GEMMs of shapes not in the graph)")
+            if key in keys:
+                return key
+        return None
+    hit = {key for ks in gemm_ops.values() if (key := sample_key(ks, exact)) is not None}
+    # a fused op never seen fused in the trace (q, k, v or gate, up as separate GEMMs) is matched by its parts
+    parts: dict[tuple, list[int]] = defaultdict(list)
+    for i, x in enumerate(twin_gemms):
+        if _gemm_key(x, phased) not in hit:
+            for key in _part_keys(x, parts_of, phased):
+                parts[key].append(i)
+    parent = list(range(len(twin_gemms)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+    samples: list[tuple[list[int], float, float]] = []
+    unmatched = [0.0, 0.0]
+    for ks in gemm_ops.values():
+        cands = list(exact.get(sample_key(ks, exact) or (), []))
+        pk = sample_key(ks, parts)
+        cands += parts.get(pk, []) if pk is not None else []
+        secs = sum(k.dur for k in ks) * 1e-6
+        flops = ks[0].gemm.flops if ks[0].gemm is not None else 0.0
+        if not cands:
+            unmatched[0] += 1
+            unmatched[1] += secs
+            continue
+        for c in cands[1:]:
+            parent[find(c)] = find(cands[0])
+        samples.append((cands, secs, flops))
+    comps: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(twin_gemms)):
+        comps[find(i)].append(i)
+    comp_row: dict[int, OpRow] = {}
+    for root, idx in comps.items():
+        xs = [twin_gemms[i] for i in idx]
+        shapes = {_shape_label(x) for x in xs}
+        r = row("gemm", _join([x.label for x in xs]), shapes.pop() if len(shapes) == 1 else "")
+        r.predicted_count += sum(x.count for x in xs)
+        r.predicted_s += sum(pricer.time(x.op) * x.count for x in xs)
+        r.predicted_flops += sum(x.op.flops * x.count for x in xs)
+        comp_row[root] = r
+    for cands, secs, flops in samples:
+        r = comp_row[find(cands[0])]
         r.measured_count += 1 / nsteps
-        r.measured_s += sum(k.dur for k in ks) * 1e-6 / nsteps
+        r.measured_s += secs / nsteps
+        r.measured_flops += flops / nsteps
+    if unmatched[0]:
+        r = row("gemm", "(GEMMs of shapes not in the graph)")
+        r.measured_count += unmatched[0] / nsteps
+        r.measured_s += unmatched[1] / nsteps
     # ---- attention, memory-bound work, embedding, optimizer by name
     for x in twin:
         kind = x.op.kind
