@@ -244,15 +244,20 @@ def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pric
         r = row("gemm", "(GEMMs of shapes not in the graph)")
         r.measured_count += unmatched[0] / nsteps
         r.measured_s += unmatched[1] / nsteps
-    # ---- attention, memory-bound work, embedding, optimizer by name
+    # ---- attention, memory-bound work, embedding, optimizer by name (forward and backward apart where the
+    # trace says which pass launched a kernel)
+    split = any(k.phase for t in traces for k in t.kernels if k.category in ("elementwise", "embedding"))
+
+    def passed(label: str, bwd: bool) -> str:
+        return f"{label} (bwd)" if split and bwd else label
     for x in twin:
         kind = x.op.kind
         if kind == OpKind.ATTENTION:
             r = row("attention", x.op.name.split(" ")[0])
         elif kind == OpKind.ELEMENTWISE:
-            r = row("elementwise", _twin_elementwise_row(x.op.name))
+            r = row("elementwise", passed(_twin_elementwise_row(x.op.name), x.phase == "bwd"))
         elif kind == OpKind.EMBEDDING:
-            r = row("embedding", "embedding")
+            r = row("embedding", passed("embedding", x.phase == "bwd"))
         elif kind == OpKind.OPTIMIZER:
             r = row("optimizer", "optimizer")
         elif kind == OpKind.GEMM and len(x.op.shape) != 4:
@@ -270,9 +275,11 @@ def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pric
                 bwd = k.phase == "bwd" or "bwd" in k.name.lower() or "backward" in k.op.lower()
                 r = row("attention", attn_fwd + ".bwd" if bwd else attn_fwd)
             elif k.category == "elementwise":
-                r = row("elementwise", _elementwise_row(k))
-            elif k.category in ("embedding", "optimizer"):
-                r = row(k.category, k.category)
+                r = row("elementwise", passed(_elementwise_row(k), k.phase == "bwd"))
+            elif k.category == "embedding":
+                r = row("embedding", passed("embedding", k.phase == "bwd"))
+            elif k.category == "optimizer":
+                r = row("optimizer", "optimizer")
             else:
                 continue
             r.measured_count += 1 / nsteps
