@@ -524,15 +524,22 @@ def test_group_assignment_by_size_and_message() -> None:
     from clustertwin.profiler.kineto import Kernel
     from clustertwin.profiler.named import assign_group, members, role_of
     assert members(5, 2, 2) == (5, 7) and members(5, 2, 4) == (1, 5) and members(6, 4, 1) == (4, 5, 6, 7)
-    assert (role_of("TENSOR_MODEL_PARALLEL_GROUP"), role_of("mesh_dp_shard"), role_of("EXPERT_DATA_PARALLEL_GROUP"),
-            role_of("default_pg")) == ("tp", "dp_cp", "edp", "")
+    assert [role_of(d) for d in ("TENSOR_MODEL_PARALLEL_GROUP", "mesh_dp_shard", "EXPERT_DATA_PARALLEL_GROUP",
+                                 "default_pg", "DATA_PARALLEL_GROUP_WITH_CP", "mesh_dp_shard_cp", "CONTEXT_PARALLEL_GROUP",
+                                 "PIPELINE_MODEL_PARALLEL_GROUP", "EXPERT_MODEL_PARALLEL_GROUP", "mesh_ep",
+                                 "TENSOR_AND_DATA_PARALLEL_GROUP", "MODEL_PARALLEL_GROUP", "undefined")] == \
+        ["tp", "dp_cp", "edp", "", "dp_cp", "dp_cp", "cp", "pp", "ep", "ep", "", "", ""]
     shapes = {"tp": (2, 1), "dp_cp": (2, 2), "pp": (2, 4)}
     twin = {("tp", "all_reduce"): [3e6], ("dp_cp", "all_reduce"): [2e8]}
     k = Kernel("nccl", 0, 1, 0, "collective", "nccl", collective="all_reduce", group_size=2, comm_bytes=1.5e8)
     assert assign_group(k, shapes, twin) == ("dp_cp", "size+bytes")
     k.comm_bytes = 2e6
     assert assign_group(k, shapes, twin) == ("tp", "size+bytes")
-    k.collective, k.category = "send_recv", "p2p"
+    k.group_desc = "mesh_dp_replicate"                        # a dp name, but dp_cp has 2 ranks: the name holds
+    assert assign_group(k, shapes, twin) == ("dp_cp", "name")
+    k.group_size, k.group_desc = 4, ""                        # no group of 4 in the plan
+    assert assign_group(k, shapes, twin) == ("", "")
+    k.group_size, k.collective, k.category = 2, "send_recv", "p2p"
     assert assign_group(k, shapes, twin) == ("pp", "size")
     k.group_size = 3
     assert assign_group(k, shapes, twin) == ("", "")

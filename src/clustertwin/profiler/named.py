@@ -303,17 +303,24 @@ def members(rank: int, size: int, stride: int) -> tuple[int, ...]:
     return tuple(base + i * stride for i in range(size))
 
 
-_ROLE = (("edp", r"expert[_ ]?data|\bedp\b|expt_dp"), ("ep", r"expert|\bep\b|mesh_ep"),
-         ("tp", r"tensor|\btp\b|mesh_tp"), ("cp", r"context|\bcp\b|mesh_cp"),
-         ("pp", r"pipe|\bpp\b|mesh_pp"), ("dp_cp", r"data|\bdp|fsdp|shard|replicate|mesh_dp"))
-
-
 def role_of(desc: str) -> str:
-    """The group a process group's description names (``TENSOR_MODEL_PARALLEL_GROUP``, ``mesh_tp``), or ""."""
-    d = desc.lower().replace("-", "_")
-    for g, pat in _ROLE:
-        if re.search(pat, d.replace("_", " ")) or re.search(pat, d):
-            return g
+    """The group a process group's description names, or "" (Megatron's ``TENSOR_MODEL_PARALLEL_GROUP``,
+    ``DATA_PARALLEL_GROUP_WITH_CP``, ``EXPERT_DATA_PARALLEL_GROUP``; torchtitan's ``mesh_tp``,
+    ``mesh_dp_shard_cp``, ...). Compound groups (``TENSOR_AND_DATA_PARALLEL_GROUP``, ``MODEL_PARALLEL_GROUP``,
+    embedding groups) and expert-tensor groups are no group of the twin: ""."""
+    t = set(re.split(r"[^a-z0-9]+", desc.lower())) - {""}
+    if "and" in t or "embedding" in t or t == {"model", "parallel", "group"}:
+        return ""
+    if "expert" in t or "ep" in t:
+        if t & {"data", "dp"}:
+            return "edp"
+        return "" if t & {"tensor", "tp"} else "ep"
+    if "edp" in t:
+        return "edp"
+    for role, words in (("dp_cp", {"data", "dp", "fsdp", "shard", "replicate"}), ("cp", {"context", "cp"}),
+                        ("tp", {"tensor", "tp"}), ("pp", {"pipeline", "pp"})):
+        if t & words:
+            return role
     return ""
 
 
@@ -333,10 +340,10 @@ def assign_group(k: Kernel, shapes: dict[str, tuple[int, int]], twin_bytes: dict
         if hit:
             pref = [g for g in _KIND_PREF.get(k.collective, ()) if g in hit]
             return (pref or hit)[0], "ranks"
-    role = role_of(k.group_desc) if k.group_desc else ""
-    if role and role in shapes:
-        return role, "name"
     size = k.group_size or len(k.group_ranks)
+    role = role_of(k.group_desc) if k.group_desc else ""
+    if role and role in shapes and (not size or shapes[role][0] == size):
+        return role, "name"
     cands = [g for g, (s, _) in shapes.items() if s == size]
     if not cands:
         return "", ""
