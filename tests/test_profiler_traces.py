@@ -541,6 +541,11 @@ def test_group_assignment_by_size_and_message() -> None:
     assert assign_group(k, shapes, twin) == ("", "")
     k.group_size, k.collective, k.category = 2, "send_recv", "p2p"
     assert assign_group(k, shapes, twin) == ("pp", "size")
+    k.group_size = 0                                          # no size recorded: send/recv's one home
+    assert assign_group(k, shapes, twin) == ("pp", "kind")
+    k.collective, k.category = "all_to_all", "collective"     # DeepEP's kernels: no ep group in this plan
+    assert assign_group(k, shapes, twin) == ("", "")
+    assert assign_group(k, {**shapes, "ep": (8, 1)}, twin) == ("ep", "kind")
     k.group_size = 3
     assert assign_group(k, shapes, twin) == ("", "")
 

@@ -272,7 +272,9 @@ def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pric
             if k.step < 0:
                 continue
             if k.category == "attention":
-                bwd = k.phase == "bwd" or "bwd" in k.name.lower() or "backward" in k.op.lower()
+                n = k.name.lower()      # the kernel's name says its pass (flash_fwd/flash_bwd) before its op does
+                bwd = ("bwd" in n or "backward" in n) if ("fwd" in n or "bwd" in n or "backward" in n) else (
+                    k.phase == "bwd" or "backward" in k.op.lower())
                 r = row("attention", attn_fwd + ".bwd" if bwd else attn_fwd)
             elif k.category == "elementwise":
                 r = row("elementwise", passed(_elementwise_row(k), k.phase == "bwd"))
@@ -331,7 +333,8 @@ _KIND_PREF = {"all_to_all": ("ep",), "send_recv": ("pp", "cp"),
 
 def assign_group(k: Kernel, shapes: dict[str, tuple[int, int]], twin_bytes: dict[tuple[str, str], list[float]]
                  ) -> tuple[str, str]:
-    """(group, how) for one traced collective: how is ranks | name | size | size+bytes | "" (unassigned)."""
+    """(group, how) for one traced collective: how is ranks | name | size | size+bytes | kind | ""
+    (unassigned)."""
     if len(k.group_ranks) >= 2:
         rs = tuple(sorted(set(k.group_ranks)))
         hit = [g for g, (s, st) in shapes.items() if s == len(rs) and members(rs[0], s, st) == rs]
@@ -344,6 +347,9 @@ def assign_group(k: Kernel, shapes: dict[str, tuple[int, int]], twin_bytes: dict
     role = role_of(k.group_desc) if k.group_desc else ""
     if role and role in shapes and (not size or shapes[role][0] == size):
         return role, "name"
+    if not size:     # nothing recorded (DeepEP's kernels): the collective alone, where it has one home
+        home = {"all_to_all": "ep", "send_recv": "pp"}.get(k.collective, "")
+        return (home, "kind") if home in shapes else ("", "")
     cands = [g for g, (s, _) in shapes.items() if s == size]
     if not cands:
         return "", ""
