@@ -272,8 +272,8 @@ def named_ops(traces: list[Trace], nsteps: int, twin: list[TwinOp], pricer: Pric
             if k.step < 0:
                 continue
             if k.category == "attention":
-                n = k.name.lower()      # the kernel's name says its pass (flash_fwd/flash_bwd) before its op does
-                bwd = ("bwd" in n or "backward" in n) if ("fwd" in n or "bwd" in n or "backward" in n) else (
+                kn = k.name.lower()      # the kernel's name says its pass (flash_fwd/flash_bwd) before its op does
+                bwd = ("bwd" in kn or "backward" in kn) if ("fwd" in kn or "bwd" in kn or "backward" in kn) else (
                     k.phase == "bwd" or "backward" in k.op.lower())
                 r = row("attention", attn_fwd + ".bwd" if bwd else attn_fwd)
             elif k.category == "elementwise":
