@@ -424,3 +424,177 @@ def test_calibrate_from_trace_cli_fits_nccl(capsys, tmp_path: Path) -> None:
     prof = load_profile(out)
     bw = prof.nccl["all_reduce"]["busbw_gbps"]
     assert all(b > 0 and math.isfinite(b) for b in bw) and bw == sorted(bw)
+
+
+# ---- named ops, process groups, stages (hand-built: one layer of gpt3-125m at tp=2, rank 5 of 8) --------
+# gpt3-125m: hidden 768, 12 heads, ffn 3072; at tp=2 and 2,048 tokens a rank's GEMMs are
+# attn.qkv 2048x1152x768, attn.proj 2048x768x384, mlp.up 2048x1536x768, mlp.down 2048x768x1536.
+NAMED_PLAN = ("--model", "gpt3-125m", "--gpu", "h100-sxm", "--num-gpus", "8", "--plan", "tp=2,pp=2,dp=2",
+              "--seq-len", "2048", "--micro-batch", "1", "--global-batch", "16")
+
+
+def _layer_trace() -> dict:
+    ev = [_x("user_annotation", "ProfilerStep#1", 0, 100000)]
+    corr = [1000]
+
+    def gemm(ts: float, op: str, dims: list, dur: float, bwd: bool = False) -> None:
+        tid = 2 if bwd else 1
+        if bwd:   # the autograd thread runs the backward node that launches dgrad/wgrad
+            ev.append(_x("cpu_op", "autograd::engine::evaluate_function: AddmmBackward0", ts - 1, 12, tid=tid))
+        ev.append(_x("cpu_op", op, ts, 10, tid=tid, **{"Input Dims": dims, "Input type": ["c10::BFloat16"] * len(dims)}))
+        kernel(ts + 2, "nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NTN", dur, tid)
+
+    def kernel(ts: float, name: str, dur: float, tid: int = 1, **args) -> None:
+        corr[0] += 1
+        ev.append(_x("cuda_runtime", "cudaLaunchKernel", ts, 3, tid=tid, correlation=corr[0]))
+        ev.append(_x("kernel", name, 50000 + ts, dur, tid=7, stream=7, correlation=corr[0], **args))
+    gemm(100, "aten::linear", [[2048, 1, 768], [1152, 768], [1152]], 40)          # attn.qkv
+    gemm(200, "aten::linear", [[2048, 1, 384], [768, 384], [768]], 15)            # attn.proj
+    gemm(300, "aten::linear", [[2048, 1, 768], [1536, 768], [1536]], 50)          # mlp.up
+    gemm(400, "aten::linear", [[2048, 1, 1536], [768, 1536], [768]], 45)          # mlp.down
+    gemm(500, "aten::mm", [[2048, 768], [768, 1536]], 48, bwd=True)               # mlp.down.dgrad
+    gemm(600, "aten::mm", [[768, 2048], [2048, 1536]], 47, bwd=True)              # mlp.down.wgrad (dY^T X)
+    gemm(700, "aten::mm", [[2048, 1536], [1536, 768]], 46, bwd=True)              # mlp.up.dgrad: mlp.down's shape
+    gemm(800, "aten::mm", [[1000, 24], [24, 8]], 5)                               # not a shape of the graph
+    kernel(900, "void flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 64, 4, false, false, cutlass::bfloat16_t>>()", 30)
+    kernel(950, "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<64>>()", 70, tid=2)
+    kernel(990, "void at::native::(anonymous namespace)::vectorized_layer_norm_kernel<c10::BFloat16, float>(int)", 4)
+    comm = {"Collective name": "allreduce", "In msg nelems": 1572864, "Out msg nelems": 1572864, "dtype": "BFloat16"}
+    # rank 5 of tp=2 x dp=2 x pp=2 (Megatron order): tp group [4, 5], dp group [5, 7], pipeline [1, 5]
+    kernel(1000, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 20, **comm, **{"Process Group Ranks": "[4, 5]"})
+    kernel(1100, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", 21, **comm,
+           **{"Group size": 2, "Process Group Description": "mesh_tp"})
+    kernel(1200, "ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", 300,
+           **{"Collective name": "_reduce_scatter_base", "In msg nelems": 62914560, "Out msg nelems": 31457280,
+              "dtype": "BFloat16", "Process Group Ranks": [5, 7]})
+    kernel(1300, "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)", 9,
+           **{"Collective name": "send", "In msg nelems": 1572864, "Out msg nelems": 1572864, "dtype": "BFloat16",
+              "Process Group Ranks": [1, 5]})
+    return {"schemaVersion": 1, "distributedInfo": {"backend": "nccl", "rank": 5, "world_size": 8}, "traceEvents": ev}
+
+
+@pytest.fixture()
+def layer_trace(tmp_path: Path) -> Path:
+    p = tmp_path / "rank5.json"
+    p.write_text(json.dumps(_layer_trace()))
+    return p
+
+
+def test_gemms_map_to_named_ops_by_shape_and_pass(capsys, layer_trace: Path) -> None:
+    code, out, _ = run(capsys, "compare-trace", layer_trace, *NAMED_PLAN, "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["stage"] == {"stage": 1, "from": "the traces' rank", "pp": 2}     # rank 5 of 2 x 4: stage 1
+    rows = {r["op"]: r for r in d["named_ops"]}
+    # 6 layers per stage x 8 micro-batches (16 / dp 2 / mb 1) predicted; one instance each measured
+    for op, us in (("attn.qkv", 40), ("attn.proj", 15), ("mlp.up", 50), ("mlp.down", 45), ("mlp.down.dgrad", 48),
+                   ("mlp.down.wgrad", 47), ("mlp.up.dgrad", 46)):
+        r = rows[op]
+        assert r["count_per_step"] == {"measured": 1, "predicted": 48}, op
+        assert r["measured_s"] == pytest.approx(us * 1e-6) and r["predicted_s"] > 0
+    assert rows["(GEMMs of shapes not in the graph)"]["measured_s"] == pytest.approx(5e-6)
+    assert rows["attn.qkv.wgrad"]["measured_s"] == 0 and rows["attn.qkv.wgrad"]["predicted_s"] > 0
+    assert rows["attn.flash"]["measured_s"] == pytest.approx(30e-6)
+    assert rows["attn.flash.bwd"]["measured_s"] == pytest.approx(70e-6)
+    assert rows["norms"]["measured_s"] == pytest.approx(4e-6)
+    assert "head.logits" in rows                     # stage 1 holds the head; stage 0 does not
+
+
+def test_collectives_are_assigned_to_the_plans_groups(capsys, layer_trace: Path) -> None:
+    code, out, _ = run(capsys, "compare-trace", layer_trace, *NAMED_PLAN, "--json")
+    g = {r["group"]: r for r in json.loads(out)["groups"]}
+    assert g["tp"]["measured_s"] == pytest.approx(41e-6) and g["tp"]["assigned_by"] == {"ranks": 1, "name": 1}
+    assert g["dp_cp"]["measured_s"] == pytest.approx(300e-6) and g["dp_cp"]["assigned_by"] == {"ranks": 1}
+    assert g["pp"]["measured_s"] == pytest.approx(9e-6) and g["pp"]["size"] == 2
+    assert all(g[x]["predicted_s"] > 0 for x in ("tp", "dp_cp", "pp"))
+
+
+def test_stage_flag_and_its_bad_values(capsys, layer_trace: Path) -> None:
+    code, out, _ = run(capsys, "compare-trace", layer_trace, *NAMED_PLAN, "--json", "--stage", "0")
+    d = json.loads(out)
+    assert d["stage"]["stage"] == 0 and d["stage"]["from"] == "--stage"
+    assert "head.logits" not in {r["op"] for r in d["named_ops"]}
+    code, out, err = run(capsys, "compare-trace", layer_trace, *NAMED_PLAN, "--stage", "2")
+    _refused(code, err, "stage", "0 and 1")
+    code, out, _ = run(capsys, "compare-trace", layer_trace, *NAMED_PLAN)      # the table names ops and groups
+    assert code == 0 and "mlp.down.wgrad" in out and "per process group" in out
+
+
+def test_group_assignment_by_size_and_message() -> None:
+    from clustertwin.profiler.kineto import Kernel
+    from clustertwin.profiler.named import assign_group, members, role_of
+    assert members(5, 2, 2) == (5, 7) and members(5, 2, 4) == (1, 5) and members(6, 4, 1) == (4, 5, 6, 7)
+    assert [role_of(d) for d in ("TENSOR_MODEL_PARALLEL_GROUP", "mesh_dp_shard", "EXPERT_DATA_PARALLEL_GROUP",
+                                 "default_pg", "DATA_PARALLEL_GROUP_WITH_CP", "mesh_dp_shard_cp", "CONTEXT_PARALLEL_GROUP",
+                                 "PIPELINE_MODEL_PARALLEL_GROUP", "EXPERT_MODEL_PARALLEL_GROUP", "mesh_ep",
+                                 "TENSOR_AND_DATA_PARALLEL_GROUP", "MODEL_PARALLEL_GROUP", "undefined")] == \
+        ["tp", "dp_cp", "edp", "", "dp_cp", "dp_cp", "cp", "pp", "ep", "ep", "", "", ""]
+    shapes = {"tp": (2, 1), "dp_cp": (2, 2), "pp": (2, 4)}
+    twin = {("tp", "all_reduce"): [3e6], ("dp_cp", "all_reduce"): [2e8]}
+    k = Kernel("nccl", 0, 1, 0, "collective", "nccl", collective="all_reduce", group_size=2, comm_bytes=1.5e8)
+    assert assign_group(k, shapes, twin) == ("dp_cp", "size+bytes")
+    k.comm_bytes = 2e6
+    assert assign_group(k, shapes, twin) == ("tp", "size+bytes")
+    k.group_desc = "mesh_dp_replicate"                        # a dp name, but dp_cp has 2 ranks: the name holds
+    assert assign_group(k, shapes, twin) == ("dp_cp", "name")
+    k.group_size, k.group_desc = 4, ""                        # no group of 4 in the plan
+    assert assign_group(k, shapes, twin) == ("", "")
+    k.group_size, k.collective, k.category = 2, "send_recv", "p2p"
+    assert assign_group(k, shapes, twin) == ("pp", "size")
+    k.group_size = 0                                          # no size recorded: send/recv's one home
+    assert assign_group(k, shapes, twin) == ("pp", "kind")
+    k.collective, k.category = "all_to_all", "collective"     # DeepEP's kernels: no ep group in this plan
+    assert assign_group(k, shapes, twin) == ("", "")
+    assert assign_group(k, {**shapes, "ep": (8, 1)}, twin) == ("ep", "kind")
+    k.group_size = 3
+    assert assign_group(k, shapes, twin) == ("", "")
+
+
+def test_named_op_ratio_same_work() -> None:
+    from clustertwin.profiler.named import OpRow
+    r = OpRow("mlp.up", "gemm", measured_count=2, predicted_count=48, measured_s=1e-4, predicted_s=48 * 6e-5)
+    assert r.ratio == pytest.approx(28.8) and r.ratio_same_work == pytest.approx(1.2)     # per instance
+    r.measured_flops, r.predicted_flops = 2e9, 48 * 2e9        # a fused op traced as two halves: per FLOP
+    assert r.ratio_same_work == pytest.approx(0.6)
+    assert math.isinf(OpRow("x", "gemm", 0, 1, 0, 1).ratio_same_work)
+
+
+# ---- a real LLM trace: Qwen1.5-0.5B forward on an H100 (TraceLens test data, MIT; see SOURCE.md) ---------
+QWEN = DATA / "tracelens_qwen1.5-0.5b_fwd_h100.json.gz"
+QWEN_JOB = ("--model", DATA / "qwen1.5-0.5b.yaml", "--num-gpus", "1", "--plan", "tp=1,pp=1,dp=1", "--seq-len", "559",
+            "--micro-batch", "16", "--global-batch", "16")
+
+
+def test_llm_trace_gemms_land_on_the_named_ops(capsys) -> None:
+    code, out, _ = run(capsys, "compare-trace", QWEN, *QWEN_JOB, "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["job"]["gpu"] == "h100-sxm" and d["traces"][0]["record_shapes"]     # --gpu from deviceProperties
+    rows = {r["op"]: r for r in d["named_ops"]}
+    T = 16 * 559                                                                   # batch 16 x 559 tokens
+    # Hugging Face runs gate and up apart: 48 GEMMs of T x 2816 x 1024 are the twin's 24 fused mlp.up
+    up = rows["mlp.up"]
+    assert up["count_per_step"] == {"measured": 48, "predicted": 24}
+    # q, k, v and o_proj are all T x 1024 x 1024 (16 heads of 64, as many KV heads): one row for both ops
+    qkvo = rows["attn.qkv + attn.proj"]
+    assert qkvo["count_per_step"] == {"measured": 96, "predicted": 48}
+    assert rows["mlp.down"]["count_per_step"] == {"measured": 24, "predicted": 24}
+    assert rows["mlp.down"]["shape"] == f"{T}x1024x2816"
+    for r in (up, qkvo, rows["mlp.down"]):
+        assert r["measured_s"] > 0 and r["predicted_s"] > 0 and r["ratio_same_work"] > 0
+    # a forward pass: nothing measured in the backward ops; the rotary GEMV is no op of the graph
+    assert rows["mlp.up.wgrad"]["measured_s"] == 0 and rows["attn.flash"]["measured_s"] > 0
+    assert rows["(GEMMs of shapes not in the graph)"]["count_per_step"]["measured"] == 1
+    assert d["groups"] == []                                                       # one GPU: no groups
+    # eager RMSNorm's generic kernels are found through their nn.Module (with_modules): 49 norms (2 per layer and
+    # the final one) x 8 kernels (fp32 cast, pow, mean, add, rsqrt, mul, cast back, weight mul); all forward
+    assert rows["norms"]["count_per_step"]["measured"] == 49 * 8
+    assert rows["norms (bwd)"]["measured_s"] == 0 and rows["norms (bwd)"]["predicted_s"] > 0
+
+
+def test_llm_trace_kernels_know_their_module() -> None:
+    t = read_trace(QWEN)
+    mods = {k.module for k in t.kernels if k.module}
+    assert {"Qwen2RMSNorm", "SiLU", "Linear"} <= mods
+    gemm = next(k for k in t.kernels if k.gemm is not None and k.gemm.n == 2816)
+    assert gemm.phase == "fwd" and gemm.module == "Linear" and gemm.op in ("aten::mm", "aten::linear", "aten::matmul")

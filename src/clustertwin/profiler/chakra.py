@@ -19,7 +19,7 @@ from typing import Any
 from ..errors import DataError
 from .classify import classify, family, nccl_kind
 from .kineto import (ATTENTION_OPS, GEMM_OPS, GPU_CATS, Kernel, Step, Trace, _STEP_RE, _elementwise_bytes,
-                     attention_shape, gemm_shape)
+                     attention_shape, gemm_shape, is_backward)
 
 _ELEM = {"float": 4, "double": 8, "c10::half": 2, "c10::bfloat16": 2, "half": 2, "bfloat16": 2, "long int": 8,
          "int": 4, "bool": 1, "unsigned char": 1, "signed char": 1, "c10::float8_e4m3fn": 1, "c10::float8_e5m2": 1}
@@ -107,6 +107,8 @@ def read_chakra(path: Path, doc: dict) -> Trace:
                    category=category, family=family(name, category), step=step)
         op = (str(parent.get("name")) if parent is not None else "") or _op_name(n)
         k.op, k.op_id = op, int(n.get("ctrl_deps") or -1) if isinstance(n.get("ctrl_deps"), int) else -1
+        if parent is not None:
+            k.phase = "bwd" if is_backward([parent]) else "fwd"
         vals, shapes, types = _io(n, "inputs")
         if category == "gemm" and op in GEMM_OPS:
             k.gemm = gemm_shape(op, shapes, types, name)
@@ -122,6 +124,7 @@ def read_chakra(path: Path, doc: dict) -> Trace:
             k.comm_bytes = max(_tensor_bytes(vals, types), _tensor_bytes(ovals, otypes))
             ranks = groups.get(str(n.get("pg_name") or ""), ())
             k.group_ranks, k.group_size = ranks, len(ranks)
+            k.group_name = str(n.get("pg_name") or "")
         kernels.append(k)
     kernels.sort(key=lambda k: k.ts)
     if not any(k.step >= 0 and k.category not in ("memcpy", "memset") for k in kernels):

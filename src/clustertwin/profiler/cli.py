@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,9 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
                                                              "one or more ranks; or Chakra host + device traces",
                                                       show_default=False, metavar="TRACE..."),
                   top: int = typer.Option(10, "--top", help="rows of the per-op tables"),
+                  stage: Optional[int] = typer.Option(None, "--stage", help="pipeline stage the traced rank(s) "
+                                                      "ran (0-based); default: the stage of the traces' rank in "
+                                                      "Megatron's rank order (pp outermost), else 0"),
                   perfetto: Optional[Path] = typer.Option(None, "--perfetto", help="also write a Perfetto/Chrome "
                                                           "timeline (JSON): one measured step per trace above the "
                                                           "predicted iteration (clustertwin's replay)"),
@@ -50,7 +54,7 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
         job = replace(job, num_gpus=tr[0].world_size)
     tj = job_from_options(job)
     prof = resolve_profile(profile, tj)
-    c = compare_traces(tr, tj, prof, str(profile) if profile else "")
+    c = compare_traces(tr, tj, prof, str(profile) if profile else "", stage)
     if perfetto is not None:
         _write_perfetto(perfetto, tr, tj, prof)
     if as_json:
@@ -79,7 +83,23 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
                          _ms(r["exposed_comm_s"] + r["exposed_p2p_s"])) for r in per], "per rank"))
     crow = [(k, _ms(a), _ms(b), _ratio(b, a)) for k, a, b in c.categories()]
     out.append(Fit([Col("category"), Col("measured\nms/step", "right"), Col("predicted\nms/step", "right"),
-                    Col("pred/\nmeas", "right")], crow, "kernel time per category (predicted: one rank of stage 0)"))
+                    Col("pred/\nmeas", "right")], crow,
+                   f"kernel time per category (predicted: one rank of stage {c.stage}, from {c.stage_from})"))
+    nrow = [(r.op, f"{r.measured_count:g}", f"{r.predicted_count:g}", _ms(r.measured_s), _ms(r.predicted_s),
+             f"{r.ratio_same_work:.2f}" if math.isfinite(r.ratio_same_work) else "-")
+            for r in c.named if r.measured_s > 0 or r.predicted_s > 0]
+    if nrow:
+        out.append(Fit([Col("named op (twin)", flex="cut"), Col("meas\n#/step", "right"), Col("pred\n#/step", "right"),
+                        Col("measured\nms/step", "right"), Col("predicted\nms/step", "right"), Col("pred/meas\nsame work", "right")],
+                       nrow, "per named op: GEMMs by shape and pass, the rest by kernel name"))
+    grow = [(r.group, str(r.size or "-"), f"{r.measured_count:g}", f"{r.predicted_count:g}", _ms(r.measured_s),
+             _ms(r.predicted_s), _ratio(r.predicted_s, r.measured_s),
+             ",".join(sorted(r.how)) or "-") for r in c.groups]
+    if grow:
+        out.append(Fit([Col("group"), Col("size", "right"), Col("meas\n#/step", "right"), Col("pred\n#/step", "right"),
+                        Col("measured\nms/step", "right"), Col("predicted\nms/step", "right"),
+                        Col("pred/\nmeas", "right"), Col("by", flex="cut")], grow,
+                       "communication per process group (collectives and p2p)"))
     tot = c.matched_totals()
     if c.matches:
         mrow = [(x.what, f"{x.count:g}", _ms(x.measured_s), _ms(x.predicted_s), _ratio(x.predicted_s, x.measured_s))

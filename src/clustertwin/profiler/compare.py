@@ -8,7 +8,9 @@ Three comparisons, from the most to the least assumption-free:
    the trace ran: the kernels are compared one by one.
 2. **Per category** (``categories``): measured kernel time per step (GEMM, attention, elementwise,
    embedding, optimizer, collectives, p2p, ...) against the sum of the predicted op times of one step of
-   one rank (the first pipeline stage) of the job given on the command line. Meaningful when that job is
+   one rank of the traced pipeline stage (``--stage``, or the stage of the traces' rank) of the job given on
+   the command line; and per named op of that stage (``named.py``: GEMMs by shape and pass, attention,
+   norms, RoPE, activations by kernel name) and per process group (tp, cp, dp, ep, pp). Meaningful when that job is
    the one traced.
 3. **Breakdown** (``breakdown``): the measured step (wall time of ``ProfilerStep#N``, or the span of its
    kernels on the GPU where that is longer) split into compute,
@@ -20,6 +22,7 @@ Measured figures are averages over the traces' steps and ranks.
 """
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,10 +32,12 @@ from ..parallel.layout import place_group
 from ..schedule.batch import price_plan
 from ..schedule.step import Pricer
 from ..specs import TrainingJob
-from ..workload.graph import build_graph
-from ..workload.ops import OpKind, Phase
+from ..errors import PlanError
+from ..workload.graph import WorkloadGraph, build_graph
+from ..workload.ops import OpKind
 from .kineto import GemmShape, Kernel, Trace
 from .measure import gemm_op, gemm_samples
+from .named import GroupRow, OpRow, TwinOp, fused_parts, group_rows, named_ops, stage_of_rank, stage_ops
 
 COMM = ("collective", "p2p")
 COMPUTE_CATS = ("gemm", "attention", "elementwise", "embedding", "conv", "other")
@@ -164,28 +169,21 @@ class Predicted:
     ops: dict[tuple[str, str], float]      # (category, op name) -> seconds per step
 
 
-def predicted(job: TrainingJob, profile: HardwareProfile) -> tuple[Predicted, Pricer]:
+def predicted(job: TrainingJob, profile: HardwareProfile, stage: int = 0
+              ) -> tuple[Predicted, Pricer, WorkloadGraph, list[TwinOp]]:
+    """The twin's step, and the op times per step of one rank of pipeline stage ``stage``."""
     graph = build_graph(job)
     step, _ = price_plan(graph.plan, job.model, job.cluster, job.seq_len, job.framework, profile)
     pricer = Pricer(graph, profile)
-    mb = graph.num_microbatches
-    st = graph.stages[0]
+    twin = stage_ops(graph, stage)
     cats: dict[str, float] = defaultdict(float)
     ops: dict[tuple[str, str], float] = defaultdict(float)
-
-    def add(op, times: float) -> None:
-        t = pricer.time(op) * times
-        c = op_category(op.kind)
+    for x in twin:
+        t = pricer.time(x.op) * x.count
+        c = op_category(x.op.kind)
         cats[c] += t
-        ops[(c, f"{op.name} ({op.phase.value})")] += t
-    for phase in (Phase.FWD, Phase.BWD, Phase.RECOMPUTE):
-        for op, rep in st.ops(phase):
-            add(op, rep * mb)
-    for op in st.p2p + st.microbatch_dp_ops:
-        add(op, mb)
-    for op in st.step_ops:
-        add(op, 1)
-    return Predicted(step.step_time_s, dict(step.breakdown_s), dict(cats), dict(ops)), pricer
+        ops[(c, f"{x.op.name} ({x.op.phase.value})")] += t
+    return Predicted(step.step_time_s, dict(step.breakdown_s), dict(cats), dict(ops)), pricer, graph, twin
 
 
 # ---- per op, by shape --------------------------------------------------------------------------------
@@ -253,6 +251,10 @@ class TraceComparison:
     matches: list[Match]
     profile_name: str
     notes: list[str] = field(default_factory=list)
+    stage: int = 0
+    stage_from: str = "first stage"         # --stage | the traces' rank | first stage
+    named: list[OpRow] = field(default_factory=list)
+    groups: list[GroupRow] = field(default_factory=list)
 
     def categories(self) -> list[tuple[str, float, float]]:
         m, p = self.measured.categories(), self.predicted.categories
@@ -302,7 +304,18 @@ class TraceComparison:
             "breakdown_s": [{"field": k, "measured": a, "predicted": b} for k, a, b in self.breakdown()],
             "communication_s": {"measured_total": ms.mean(lambda s: s.comm_s),
                                 "measured_overlapped": ms.mean(lambda s: s.comm_overlapped_s)},
+            "stage": {"stage": self.stage, "from": self.stage_from, "pp": self.job.plan.pp},
             "categories_s": [{"category": k, "measured": a, "predicted": b} for k, a, b in self.categories()],
+            "named_ops": [{"op": r.op, "category": r.category, "shape": r.shape,
+                           "count_per_step": {"measured": r.measured_count, "predicted": r.predicted_count},
+                           "measured_s": r.measured_s, "predicted_s": r.predicted_s,
+                           "ratio": r.ratio if r.measured_s > 0 else None,
+                           "ratio_same_work": r.ratio_same_work if math.isfinite(r.ratio_same_work) else None}
+                          for r in self.named],
+            "groups": [{"group": r.group, "size": r.size,
+                        "count_per_step": {"measured": r.measured_count, "predicted": r.predicted_count},
+                        "measured_s": r.measured_s, "predicted_s": r.predicted_s,
+                        "ratio": r.ratio if r.measured_s > 0 else None, "assigned_by": r.how} for r in self.groups],
             "matched_totals_s": {k: {"measured": a, "predicted": b} for k, (a, b) in self.matched_totals().items()},
             "largest_misses": [{"kind": x.kind, "what": x.what, "count_per_step": x.count, "measured_s": x.measured_s,
                                 "predicted_s": x.predicted_s, "ratio": x.ratio} for x in self.misses(top)],
@@ -315,10 +328,27 @@ class TraceComparison:
 
 
 def compare_traces(traces: list[Trace], job: TrainingJob, profile: HardwareProfile,
-                   profile_name: str = "") -> TraceComparison:
-    ms = measure(traces)
-    pred, pricer = predicted(job, profile)
+                   profile_name: str = "", stage: int | None = None) -> TraceComparison:
+    """Compare ``traces`` with the job; the predicted side is one rank of pipeline stage ``stage``
+    (None: the stage of the first trace's rank in Megatron's rank order when the traces record ranks of
+    a job of the same size, else the first)."""
+    pp = job.plan.pp
     notes = []
+    if stage is not None:
+        if not 0 <= stage < pp:
+            raise PlanError("stage", f"{stage} is not a pipeline stage of {job.plan.short()} (stages 0..{pp - 1})",
+                            f"give --stage between 0 and {pp - 1}")
+        how = "--stage"
+    elif pp > 1 and all(t.world_size == job.cluster.num_gpus for t in traces):
+        stages = sorted({stage_of_rank(t.rank, job.plan) for t in traces})
+        stage, how = stages[0], "the traces' rank"
+        if len(stages) > 1:
+            notes.append(f"the traces are of ranks on stages {stages}: the prediction is stage {stage}'s; "
+                         "compare one stage's traces at a time (--stage)")
+    else:
+        stage, how = 0, "first stage"
+    ms = measure(traces)
+    pred, pricer, graph, twin = predicted(job, profile, stage)
     if not any(t.record_shapes for t in traces):
         notes.append("the traces recorded no shapes (record_shapes=False): GEMMs are compared by category only")
     if not any(k.comm_bytes for t in traces for k in t.kernels if k.category in COMM):
@@ -327,8 +357,10 @@ def compare_traces(traces: list[Trace], job: TrainingJob, profile: HardwareProfi
     worlds = {t.world_size for t in traces}
     if len(worlds) == 1 and (w := worlds.pop()) > 1 and w != job.cluster.num_gpus:
         notes.append(f"the traces ran on {w} ranks, the job has {job.cluster.num_gpus} GPUs")
+    nsteps = max(1, len(ms.steps))
     return TraceComparison(job, ms, pred, matched(ms, pricer, job.cluster.gpus_per_node), profile_name or profile.name,
-                           notes)
+                           notes, stage, how, named_ops(traces, nsteps, twin, pricer, fused_parts(graph)),
+                           group_rows(traces, nsteps, twin, pricer, graph.plan))
 
 
 # ---- a timeline of the measured step (for Perfetto, beside the predicted one) --------------------------

@@ -99,6 +99,10 @@ class Kernel:
     comm_bytes: float = 0.0   # the full buffer, as clustertwin's ops count it (0: not recorded)
     group_size: int = 0       # ranks in the collective's group (0: not recorded)
     group_ranks: tuple[int, ...] = ()
+    group_name: str = ""      # the process group's name (``Process Group Name``/``pg_name``: "0", "3", ...)
+    group_desc: str = ""      # its description where the trace has one (``Process Group Description``)
+    phase: str = ""           # fwd | bwd (launched under an autograd backward op) | "" (no CPU op known)
+    module: str = ""          # the innermost nn.Module that launched it (``with_modules=True``: "Qwen2RMSNorm")
     bytes: float = 0.0        # memcpy/memset bytes; elementwise: bytes read + written, estimated from shapes
 
     @property
@@ -246,6 +250,25 @@ def _elementwise_bytes(dims: list, types: list) -> float:
     return float(sum(sizes) + max(sizes)) if sizes and max(sizes) > 0 else 0.0
 
 
+def group_label(args: dict) -> tuple[str, str]:
+    """(process group name, description) from a collective's args (Kineto's ``Process Group Name``/
+    ``Process Group Description``, Chakra's ``pg_name``/``pg_desc``), "" where absent."""
+    name = args.get("Process Group Name", args.get("pg_name"))
+    desc = args.get("Process Group Description", args.get("pg_desc"))
+    return ("" if name is None else str(name)), ("" if desc is None else str(desc))
+
+
+def is_backward(ops: Iterable[dict]) -> bool:
+    """Whether a kernel launched under ``ops`` (its enclosing CPU ops) runs in the backward pass: an
+    autograd node (``autograd::engine::evaluate_function: MmBackward0``, ``AddmmBackward0``) or an op
+    carrying ``Fwd thread id`` (PyTorch marks the ops autograd runs for a forward op with it)."""
+    for a in ops:
+        n = str(a.get("name") or "")
+        if "Backward" in n or n.startswith("autograd::engine") or "Fwd thread id" in (a.get("args") or {}):
+            return True
+    return False
+
+
 def _comm_from_args(args: dict) -> tuple[str, float, int, tuple[int, ...]]:
     """(collective, full-buffer bytes, group size, group ranks) from NCCL-profiler args, where present."""
     name = str(args.get("Collective name") or "").lower()
@@ -293,6 +316,7 @@ def read_trace(path: str | Path) -> Trace:
                    "give a PyTorch profiler trace: prof.export_chrome_trace or tensorboard_trace_handler")
     gpu: list[dict] = []
     cpu_ops: list[dict] = []
+    modules: list[dict] = []      # python_function "nn.Module: Name_N" (with_modules=True)
     launches: dict[Any, dict] = {}
     steps: list[Step] = []
     for e in events:
@@ -312,7 +336,10 @@ def read_trace(path: str | Path) -> Trace:
                 launches[c] = e
         elif cat in ("cpu_op", "user_annotation", "Operator", "python_function") or not cat:
             m = _STEP_RE.match(name)
-            if m and cat != "gpu_user_annotation":
+            if cat == "python_function":
+                if name.startswith("nn.Module: "):
+                    modules.append(e)
+            elif m and cat != "gpu_user_annotation":
                 steps.append(Step(name, int(m.group(1)), ts, ts + dur))
             elif cat == "cpu_op" or cat == "Operator":
                 cpu_ops.append(e)
@@ -333,7 +360,7 @@ def read_trace(path: str | Path) -> Trace:
         device_mem = float(mem) if isinstance(mem, (int, float)) else 0.0
     # which CPU ops enclose each launch: per thread, a sweep with a stack of open ops
     by_thread: dict[tuple, list[tuple[float, float, int, dict]]] = defaultdict(list)
-    for e in cpu_ops:
+    for e in cpu_ops + modules:
         by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), float(e.get("dur") or 0.0), 0, e))
     for e in launches.values():
         by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), float(e.get("dur") or 0.0), 1, e))
@@ -367,6 +394,8 @@ def read_trace(path: str | Path) -> Trace:
         i = bisect.bisect_right(starts, t_issue) - 1
         step = i if i >= 0 and t_issue <= steps[i].end else -1
         chain = list(ancestors.get(corr, [])) if corr is not None else []
+        mods = [a for a in chain if a.get("cat") == "python_function"]
+        chain = [a for a in chain if a.get("cat") != "python_function"]
         ext = args.get("External id")
         if not chain and ext is not None and ext in ops_by_ext and ext != corr:
             chain = [ops_by_ext[ext]]
@@ -377,9 +406,12 @@ def read_trace(path: str | Path) -> Trace:
         k = Kernel(name=name, ts=float(e["ts"]), dur=float(e.get("dur") or 0.0),
                    stream=int(args.get("stream", e.get("tid", 0)) if str(args.get("stream", e.get("tid", 0))).lstrip("-").isdigit() else 0),
                    category=category, family=family(name, category), step=step)
+        if mods:
+            k.module = re.sub(r"_\d+$", "", str(mods[-1].get("name", ""))[len("nn.Module: "):])
         if cat != "kernel":
             k.bytes = float(args.get("bytes") or 0.0) * (2.0 if cat == "gpu_memcpy" and "DtoD" in name else 1.0)
         if chain:
+            k.phase = "bwd" if is_backward(chain) else "fwd"
             inner = chain[-1]
             k.op = str(inner.get("name") or "")
             k.op_id = id(inner)
@@ -399,17 +431,20 @@ def read_trace(path: str | Path) -> Trace:
                 k.bytes = _elementwise_bytes(_dims(a), _types(a))
         if category in ("collective", "p2p"):
             kind, nbytes, size, ranks = _comm_from_args(args)
+            k.group_name, k.group_desc = group_label(args)
             if not nbytes:
                 for a in reversed(chain):
                     if a.get("name") == "record_param_comms":
                         kind2, nbytes, size, ranks = _comm_from_args(a.get("args") or {})
                         kind = kind or kind2
+                        k.group_name, k.group_desc = group_label(a.get("args") or {})
                         break
                 else:
                     rc = comms_by_ext.get(ext) if ext is not None else None
                     if rc is not None:
                         kind2, nbytes, size, ranks = _comm_from_args(rc.get("args") or {})
                         kind = kind or kind2
+                        k.group_name, k.group_desc = group_label(rc.get("args") or {})
             k.collective = kind if kind in _NCCL_KIND.values() else nccl_kind(name)
             if k.collective == "send_recv":
                 k.category = "p2p"
