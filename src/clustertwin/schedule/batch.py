@@ -30,7 +30,7 @@ from ..arith import Num, logical_and, where
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
-from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
+from ..parallel.layout import GroupPlacement, expert_dp_size, group_placements, place_group
 from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible,
                               tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
@@ -39,9 +39,10 @@ from ..specs.plan import Plan
 from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
-from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
+from ..workload.graph import recompute_ops
+from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
-from .step import (OVERLAP_SLOWDOWN, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
+from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
                    exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -55,6 +56,13 @@ _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", 
            "attn_rc", "moe_imb")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
+# below this many shape classes to price, pricing them one by one is faster than stacking them
+_STACK_FROM = 8
+
+
+def _code(ctx_id, overlap_tp, mode):
+    """A shape class as one int (ints or arrays): context, TP overlap, index in RECOMPUTE_MODES."""
+    return (ctx_id * 2 + overlap_tp) * 3 + mode
 
 
 @dataclass(frozen=True)
@@ -312,9 +320,12 @@ class BatchPricer:
         self._memory_bound = ComputePricer(plans.cluster.gpu, self.profile, self.fw)  # optimizer steps
         self._ctx: dict[tuple, int] = {}
         self._contexts: list[LayerContext] = []
-        self._blocks: dict[tuple, int] = {}
-        self._priced: dict[tuple, np.ndarray] = {}
-        self._block_rows: list[np.ndarray] = []
+        # priced shape classes: the block table's row of each code (ctx, tp overlap, recompute mode;
+        # ``_code``), -1 where not priced yet; rows of (blocks x fields)
+        self._ids = np.full(0, -1, dtype=np.int64)
+        self._table = np.zeros((0, len(_BLOCKS), len(_FIELDS)))
+        self._n_blocks = 0
+        self._placed: dict[tuple[int, int, int], dict[str, GroupPlacement]] = {}
         self._acts: dict[tuple, float] = {}
         self._params: dict[tuple, StageParams] = {}
         self._layouts: dict[tuple, tuple[list[_StageClass], list[int]]] = {}
@@ -357,45 +368,152 @@ class BatchPricer:
 
     def block_id(self, ctx_id: int, overlap_tp: bool, rc: str) -> int:
         """Index of the priced blocks (embedding, layer, MoE layer, head) of a shape class."""
-        key = (ctx_id, overlap_tp, rc)
-        i = self._blocks.get(key)
-        if i is None:
-            c = self._contexts[ctx_id]
-            pricer = self._pricer(c.tp, c.cp, c.ep, overlap_tp)
-            base = self._priced.get((ctx_id, overlap_tp))
-            if base is None:  # forward and backward do not depend on the recompute mode
-                base = self._priced[(ctx_id, overlap_tp)] = self._price_blocks(c, pricer, None)
-            i = self._blocks[key] = len(self._block_rows)
-            self._block_rows.append(base + self._price_blocks(c, pricer, rc))
-        return i
+        return int(self.block_ids(np.array([_code(ctx_id, overlap_tp, RECOMPUTE_MODES.index(rc))]))[0])
 
-    def _price_blocks(self, c: LayerContext, pricer: Pricer, rc: str | None) -> np.ndarray:
+    @property
+    def priced_blocks(self) -> np.ndarray:
+        """The priced blocks of every shape class priced so far (rows of ``block_ids``): blocks x fields."""
+        return self._table[:self._n_blocks]
+
+    def block_ids(self, codes: np.ndarray) -> np.ndarray:
+        """Rows of the block table of shape classes ``codes`` (``_code``), pricing those not priced yet."""
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        if uniq.size and uniq[-1] >= self._ids.size:
+            grown = np.full(max(int(uniq[-1]) + 1, 2 * self._ids.size), -1, dtype=np.int64)
+            grown[:self._ids.size] = self._ids
+            self._ids = grown
+        ids = self._ids[uniq]
+        missing = uniq[ids < 0]
+        if missing.size:
+            self._price_codes(missing)
+            ids = self._ids[uniq]
+        return ids[inverse.reshape(-1)]
+
+    def _store(self, codes: np.ndarray, rows: np.ndarray) -> None:
+        n = self._n_blocks + len(codes)
+        if n > len(self._table):
+            grown = np.zeros((max(n, 2 * len(self._table)), len(_BLOCKS), len(_FIELDS)))
+            grown[:self._n_blocks] = self._table[:self._n_blocks]
+            self._table = grown
+        self._table[self._n_blocks:n] = rows
+        self._ids[codes] = np.arange(self._n_blocks, n)
+        self._n_blocks = n
+
+    def _price_codes(self, codes: np.ndarray) -> None:
+        """Price the shape classes ``codes``: stacked by op-list structure (``stack_key``), each stack
+        at once (``ManyPricer``); one by one with a measured profile, or when there are few."""
+        ctx, otp, mode = codes // 6, (codes // 3) % 2, codes % 3
+        if self.profile.tables is not None or len(codes) < _STACK_FROM:
+            base: dict[tuple[int, int], np.ndarray] = {}
+            rows = []
+            for c_id, o, r in zip(ctx.tolist(), otp.tolist(), mode.tolist()):
+                c = self._contexts[c_id]
+                pricer = self._pricer(c.tp, c.cp, c.ep, bool(o))
+                if (c_id, o) not in base:   # forward and backward do not depend on the recompute mode
+                    base[(c_id, o)] = self._price_blocks(c, pricer, None)
+                rows.append(base[(c_id, o)] + self._price_blocks(c, pricer, RECOMPUTE_MODES[r]))
+            self._store(codes, np.array(rows))
+            return
+        pairs, pair_of = np.unique(ctx * 2 + otp, return_inverse=True)
+        pair_of = pair_of.reshape(-1)
+        ops_heads = self.fw.selective_recompute == "ops"
+        stacks: dict[tuple, list[int]] = {}
+        for i, pair in enumerate(pairs.tolist()):
+            stacks.setdefault(stack_key(self._contexts[pair // 2], heads=ops_heads), []).append(i)
+        for members in stacks.values():
+            sel = np.array(members)
+            cs = [self._contexts[int(p) // 2] for p in pairs[sel]]
+            o = (pairs[sel] % 2).astype(bool)
+            vc = stack_contexts(cs)
+            pricer = self._many_pricer(cs, o)
+            built: dict[Any, Any] = {}
+            base_rows = self._price_blocks(vc, pricer, None, built)
+            # the codes of this stack, by recompute mode
+            in_stack = np.full(len(pairs), -1)
+            in_stack[sel] = np.arange(len(sel))
+            at = in_stack[pair_of]
+            for r in np.unique(mode[at >= 0]).tolist():
+                pick_ = np.flatnonzero((at >= 0) & (mode == r))
+                rc_rows = self._price_blocks(vc, pricer, RECOMPUTE_MODES[r], built)
+                self._store(codes[pick_], base_rows[at[pick_]] + rc_rows[at[pick_]])
+
+    def _many_pricer(self, cs: list[LayerContext], otp: np.ndarray) -> ManyPricer:
+        """A pricer of the shape classes of contexts ``cs`` with TP overlap ``otp`` (one each)."""
+        tp = np.array([c.tp for c in cs])
+        chunks = np.where(otp & (tp > 1), tp, 1)      # tp_overlap_chunks of each plan
+        placed = []
+        for c in cs:
+            key = (c.tp, c.cp, c.ep)
+            pl = self._placed.get(key)
+            if pl is None:
+                pl = self._placed[key] = group_placements(self._plan_ns(c.tp, c.cp, c.ep),
+                                                          self.plans.cluster.gpus_per_node)
+            placed.append(pl)
+        groups = {}
+        for name in placed[0]:
+            distinct: dict[GroupPlacement, int] = {}
+            idx = np.array([distinct.setdefault(pl[name], len(distinct)) for pl in placed])
+            groups[name] = (list(distinct), idx)
+        compute = self._computes.get((1, 1))
+        if compute is None:
+            compute = self._computes[(1, 1)] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, 1, 1)
+        return ManyPricer(compute, self.network, chunks, np.array([c.cp for c in cs]), groups, len(cs))
+
+    def _price_blocks(self, c: LayerContext, pricer: Any, rc: str | None, built: dict | None = None) -> np.ndarray:
         """Per block, the fields of one phase group: forward and backward (``rc`` None), or the
-        recomputation ``rc`` adds."""
+        recomputation ``rc`` adds. ``built`` (a dict, for stacked contexts: ``stack_contexts``
+        priced by a ManyPricer): the blocks' ops built so far, and the rows come back stacked."""
         m = self.model
-        out = np.zeros((len(_BLOCKS), len(_FIELDS)))
+        stacked = built is not None
+        n = pricer.n if stacked else 0
+        out = np.zeros((n, len(_BLOCKS), len(_FIELDS)) if stacked else (len(_BLOCKS), len(_FIELDS)))
+
+        def ops_of(what: str, moe: bool = False):
+            if not stacked:
+                if what == "layer":
+                    return layer_ops(c, moe)
+                if what == "embedding":
+                    return embedding_ops(c, m.vocab_size, m.positions == "learned")
+                return head_ops(c, m.vocab_size, self.fw.fused_cross_entropy)
+            key = (what, moe)
+            if key not in built:
+                if what == "layer":
+                    built[key] = layer_ops.__wrapped__(c, moe)
+                elif what == "embedding":
+                    built[key] = embedding_ops.__wrapped__(c, m.vocab_size, m.positions == "learned")
+                else:
+                    built[key] = head_ops.__wrapped__(c, m.vocab_size, self.fw.fused_cross_entropy)
+            return built[key]
+
         for b, name in enumerate(_BLOCKS):
             if name in ("layer", "moe_layer"):
                 if name == "moe_layer" and not m.is_moe:
                     continue
-                f, bwd, core = layer_ops(c, name == "moe_layer")
+                f, bwd, core = ops_of("layer", name == "moe_layer")
             elif rc is not None:
                 continue  # embedding and head are not recomputed
             elif name == "embedding":
-                (f, bwd), core = embedding_ops(c, m.vocab_size, m.positions == "learned"), ()
+                (f, bwd), core = ops_of("embedding"), ()
             else:
-                (f, bwd), core = head_ops(c, m.vocab_size, self.fw.fused_cross_entropy), ()
+                (f, bwd), core = ops_of("head"), ()
             st = StageTime(0)
             if rc is None:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
-                out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                          st.moe_imbalance_s)
+                vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
+                        st.moe_imbalance_s)
             else:
-                ops = layer_recompute_ops(c, name == "moe_layer", recompute_mode(rc, self.fw))
+                mode = recompute_mode(rc, self.fw)
+                ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
+                       else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
-                out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                          st.moe_imbalance_s)
+                vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
+                        st.moe_imbalance_s)
+            if stacked:
+                for k, v in enumerate(vals):
+                    out[:, b, k] = v
+            else:
+                out[b] = vals
         return out
 
     # ---- layouts -----------------------------------------------------------------------------
@@ -450,9 +568,15 @@ class BatchPricer:
         for s in structures:
             groups.setdefault((s.pp, s.vpp), []).append(s)
         feasible = pruned = 0
+        layouts = []
         for (pp, vpp), ss in groups.items():
             lay = _Layout(self, pp, vpp, ss, every_stage)
-            f, p, fits = lay.memory()
+            layouts.append((lay, *lay.memory()))
+        # the shape classes every layout's plans that fit need, priced together (stacked widest)
+        codes = [lay.block_codes(lay.rows(fits)) for lay, _, _, fits in layouts if fits]
+        if codes:
+            self.block_ids(np.concatenate(codes))
+        for lay, f, p, fits in layouts:
             if fits:
                 lay.time(fits, sink)
             feasible += f
@@ -467,7 +591,7 @@ class BatchPricer:
         best = TopK(keep)
         feasible, pruned = self.price(structures, best, plans, progress=progress)
         cands = [self.candidate(ref, i, t, mem) for t, mem, ref, i in best.best()]
-        return Evaluation(cands, feasible, pruned, len(self._block_rows))
+        return Evaluation(cands, feasible, pruned, self._n_blocks)
 
     def candidate(self, ref: tuple, i: int, step_time_s: float = 0.0, memory_bytes: float = 0.0) -> Candidate:
         """The plan of row ``i`` of a timed batch (``PricedRows.ref``)."""
@@ -516,6 +640,7 @@ class _Layout:
         tp_rows, sp_arr = self.tp[self.s_rows], np.array(sp_rows, dtype=bool)
         self.otp_matters = plans.tp_overlap_matters(tp_rows, sp_arr)
         self.otp_refused = np.asarray(tp_overlap_without_sp(PlanFacts(tp_rows, overlap_tp=True, sp=sp_arr)), dtype=bool)
+        self._rows: np.ndarray | None = None
         self.mem_total: dict[tuple[int, int], np.ndarray] = {}
         self.mem_classes: dict[tuple[int, int], list[dict]] = {}
 
@@ -568,18 +693,30 @@ class _Layout:
         return feasible, pruned, fits
 
     # ---- step time --------------------------------------------------------------------------------
+    def rows(self, fits: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
+        """The rows to time: (memory row, recompute index, zero, tp overlap) of the plans that fit."""
+        if self._rows is None:
+            plans = self.pr.plans
+            parts = []
+            for (r, z), ok in fits.items():
+                for otp in (False, True):
+                    sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.otp_matters,
+                                                                self.otp_refused))
+                    if sel.size:
+                        parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
+                                               np.full(sel.size, int(otp))], axis=1))
+            self._rows = np.concatenate(parts)
+        return self._rows
+
+    def block_codes(self, rows: np.ndarray) -> np.ndarray:
+        """The shape class (``_code``) of each row."""
+        modes = np.array([RECOMPUTE_MODES.index(m) for m in self.pr.plans.recompute_domain])
+        return _code(np.asarray(self.ctx_rows)[rows[:, 0]], rows[:, 3], modes[rows[:, 1]])
+
     def time(self, fits: dict[tuple[int, int], np.ndarray], sink) -> None:
         plans = self.pr.plans
         pp, vpp = self.pp, self.vpp
-        # rows to time: (structure, sp, recompute, zero, tp overlap) that fit
-        parts = []
-        for (r, z), ok in fits.items():
-            for otp in (False, True):
-                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.otp_matters, self.otp_refused))
-                if sel.size:
-                    parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
-                                           np.full(sel.size, int(otp))], axis=1))
-        rows = np.concatenate(parts)            # columns: memory row, recompute index, zero, tp overlap
+        rows = self.rows(fits)                  # columns: memory row, recompute index, zero, tp overlap
         mrow, r_col, z_col, otp_col = rows.T
         srow = self.s_rows[mrow]
         mem_rows = np.empty(len(rows))
@@ -636,14 +773,8 @@ class _Layout:
         """Each stage class of every row: the sum of its priced blocks, with the communication the
         plan cannot hide."""
         pr = self.pr
-        rc_domain = pr.plans.recompute_domain
         mrow, r_col, _, otp_col = rows.T
-        ctx = np.array(self.ctx_rows)[mrow]
-        keys = (ctx * 2 + otp_col) * len(rc_domain) + r_col
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        ids = np.array([pr.block_id(int(k // (2 * len(rc_domain))), bool((k // len(rc_domain)) % 2),
-                                    rc_domain[int(k % len(rc_domain))]) for k in uniq])
-        table = np.stack([pr._block_rows[i] for i in ids])[inverse.reshape(-1)]     # rows x blocks x fields
+        table = pr.priced_blocks[pr.block_ids(self.block_codes(rows))]     # rows x blocks x fields
         tp_r = self.tp[self.s_rows[mrow]].astype(float)
         otp_r = otp_col.astype(bool)
         out = []
