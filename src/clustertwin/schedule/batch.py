@@ -370,10 +370,11 @@ class BatchPricer:
         """Index of the priced blocks (embedding, layer, MoE layer, head) of a shape class."""
         return int(self.block_ids(np.array([_code(ctx_id, overlap_tp, RECOMPUTE_MODES.index(rc))]))[0])
 
-    @property
-    def priced_blocks(self) -> np.ndarray:
-        """The priced blocks of every shape class priced so far (rows of ``block_ids``): blocks x fields."""
-        return self._table[:self._n_blocks]
+    def blocks(self, codes: np.ndarray) -> np.ndarray:
+        """The priced blocks of shape classes ``codes`` (``_code``; priced where not yet): for each,
+        blocks (embedding, layer, MoE layer, head) x fields (``_FIELDS``)."""
+        ids = self.block_ids(codes)
+        return self._table[ids]
 
     def block_ids(self, codes: np.ndarray) -> np.ndarray:
         """Rows of the block table of shape classes ``codes`` (``_code``), pricing those not priced yet."""
@@ -774,7 +775,7 @@ class _Layout:
         plan cannot hide."""
         pr = self.pr
         mrow, r_col, _, otp_col = rows.T
-        table = pr.priced_blocks[pr.block_ids(self.block_codes(rows))]     # rows x blocks x fields
+        table = pr.blocks(self.block_codes(rows))     # rows x blocks x fields
         tp_r = self.tp[self.s_rows[mrow]].astype(float)
         otp_r = otp_col.astype(bool)
         out = []

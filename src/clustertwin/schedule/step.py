@@ -195,7 +195,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
             st.moe_imbalance_s += extra
-            t -= extra
+            t = t - extra       # not in place: the stream holds t (an array when many classes are priced)
         if comm:
             if op.group == "tp":
                 if op.overlappable:
