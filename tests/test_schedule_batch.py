@@ -133,3 +133,37 @@ def test_stacked_contexts_branch_alike() -> None:
     assert [op.name for op in fwd] == [op.name for op in layer_ops(ctx(2, 2), True)[0]]
     with pytest.raises(ValueError):
         layer_ops.__wrapped__(stack_contexts([ctx(1, 2), ctx(2, 2)]), False)
+
+
+def test_few_collectives_priced_one_by_one_as_many() -> None:
+    """predict's batch of one prices its DP and pipeline collectives with NetworkPricer.time, one call
+    each: the same seconds as time_many gives a batch, bit for bit, on every placement."""
+    import numpy as np
+    from clustertwin.cost.network import NetworkPricer
+    from clustertwin.parallel.layout import place_group
+
+    cluster = cluster_for_gpu("h100-sxm", 1024)
+    net = NetworkPricer(cluster, profile_for(cluster.gpu))
+    pls = [place_group(size, stride, 8) for size in (1, 2, 8, 16, 128) for stride in (1, 8)]
+    rng = np.random.default_rng(1)
+    for kind in ("all_gather", "reduce_scatter", "all_reduce", "send_recv"):
+        nbytes = np.concatenate([[0.0, 1.0], rng.uniform(0, 1e10, 40)])
+        idx = rng.integers(0, len(pls), nbytes.size)
+        many = batch._ring_times(net, kind, nbytes, pls, idx)
+        assert np.array_equal(many, net.time_many(kind, nbytes, pls, idx))
+        for i in range(0, nbytes.size, 2):
+            assert np.array_equal(batch._ring_times(net, kind, nbytes[i:i + 2], pls, idx[i:i + 2]), many[i:i + 2])
+
+
+def test_graph_of_a_job_built_once() -> None:
+    """build_graph returns a recent job's graph again (jobs are frozen); another job, or the same
+    job under another framework, gets its own."""
+    from clustertwin.workload.graph import build_graph
+
+    job = make_training_job("llama3-8b", gpu="h100-sxm", num_gpus=16, plan="tp=2,pp=2,sp=1", micro_batch=1,
+                            global_batch=32, seq_len=4096)
+    other = make_training_job("llama3-8b", gpu="h100-sxm", num_gpus=16, plan="tp=4,pp=2,sp=1", micro_batch=1,
+                              global_batch=32, seq_len=4096)
+    g = build_graph(job)
+    assert build_graph(job) is g and build_graph(other) is not g
+    assert build_graph(other).plan.tp == 4 and build_graph(job, "torchtitan").framework.name != g.framework.name

@@ -813,7 +813,7 @@ class _Layout:
         p2p_pl = place_group(2, pr.plans.num_gpus // pp, pr.plans.cluster.gpus_per_node)
         ctxs = pr._contexts
         msg = np.array([pipeline_message_bytes(ctxs[c], pr.model) for c in self.ctx_rows], dtype=float)[mrow]
-        t_p2p = pr.network.time_many("send_recv", msg, [p2p_pl], np.zeros(len(mrow), dtype=int))
+        t_p2p = _ring_times(pr.network, "send_recv", msg, [p2p_pl], np.zeros(len(mrow), dtype=int))
         return 2 * self.vpp * t_p2p
 
     def _data_parallel(self, srow: np.ndarray, z_col: np.ndarray):
@@ -860,9 +860,9 @@ class _Layout:
                             z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
                         nbytes = nparams * (gb if elem == "grad" else pb)
                         if z >= 3:   # one collective per unit
-                            t = n_units * pr.network.time_many(kind, nbytes / n_units, pls, idx)
+                            t = n_units * _ring_times(pr.network, kind, nbytes / n_units, pls, idx)
                         else:
-                            t = pr.network.time_many(kind, nbytes, pls, idx)
+                            t = _ring_times(pr.network, kind, nbytes, pls, idx)
                         if per_mb:
                             if name.endswith(".bwd"):
                                 continue          # the backward's re-gather: the same as the forward's
@@ -898,6 +898,15 @@ class _RowDecoder:
     def __getitem__(self, i: int) -> tuple[int, bool, int, int, bool]:
         mr, r, z, otp = (int(x) for x in self.rows[i])
         return int(self.s_rows[mr]), self.sp_rows[mr], r, z, bool(otp)
+
+
+def _ring_times(network: NetworkPricer, kind: str, nbytes: np.ndarray, placements: list[GroupPlacement],
+                index: np.ndarray) -> np.ndarray:
+    """``network.time_many``; for a handful of collectives (predict's batch of one) one ``time`` call
+    each, which prices them alike (element by element the same arithmetic) without building arrays."""
+    if len(nbytes) > 2:
+        return network.time_many(kind, nbytes, placements, index)
+    return np.array([network.time(kind, float(b), placements[i]) for b, i in zip(nbytes, index)], dtype=float)
 
 
 def _placements(groups: list[tuple[int, int]], gpus_per_node: int) -> tuple[list[GroupPlacement], np.ndarray]:
