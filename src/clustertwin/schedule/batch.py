@@ -327,6 +327,7 @@ class BatchPricer:
         self._n_blocks = 0
         self._placed: dict[tuple[int, int, int], dict[str, GroupPlacement]] = {}
         self._acts: dict[tuple, float] = {}
+        self._act_arrays: dict[tuple[bool, str], np.ndarray] = {}
         self._params: dict[tuple, StageParams] = {}
         self._layouts: dict[tuple, tuple[list[_StageClass], list[int]]] = {}
 
@@ -357,6 +358,23 @@ class BatchPricer:
         if v is None:
             v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw))
         return v
+
+    def _activations(self, ctx_ids: np.ndarray, moe: bool, rc: str) -> np.ndarray:
+        """``_activation`` of each context of ``ctx_ids`` (an array over them)."""
+        key = (moe, rc)
+        have = self._act_arrays.get(key)
+        if have is None or have.size < len(self._contexts):
+            grown = np.full(len(self._contexts), np.nan)
+            if have is not None:
+                grown[:have.size] = have
+            have = self._act_arrays[key] = grown
+        out = have[ctx_ids]
+        missing = np.isnan(out)
+        if missing.any():
+            for c in np.unique(ctx_ids[missing]).tolist():
+                have[c] = self._activation(c, moe, rc)
+            out = have[ctx_ids]
+        return out
 
     def _pricer(self, tp: int, cp: int, ep: int, overlap_tp: bool) -> Pricer:
         plan = self._plan_ns(tp, cp, ep, overlap_tp=overlap_tp)
@@ -617,6 +635,7 @@ class _Layout:
                 sp_rows.append(sp)
                 ctx_rows.append(pricer.context_id(s.tp, s.cp, s.micro_batch, sp, s.ep))
         self.s_rows, self.sp_rows, self.ctx_rows = np.array(s_rows), sp_rows, ctx_rows
+        self.ctx_ids = np.array(ctx_rows, dtype=np.int64)
         self.tp = np.array([s.tp for s in ss])
         self.cp = cp = np.array([s.cp for s in ss])
         dp = np.array([s.dp for s in ss])
@@ -655,11 +674,11 @@ class _Layout:
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
         for r, rc in enumerate(plans.recompute_domain):
-            act_d = np.array([pr._activation(c, False, rc) for c in self.ctx_rows])
-            act_m: Any = np.array([pr._activation(c, True, rc) for c in self.ctx_rows]) if model.is_moe else None
-            trans_d = np.array([pr._activation(c, False, "none") for c in self.ctx_rows]) - act_d
-            trans_m: Any = (np.array([pr._activation(c, True, "none") for c in self.ctx_rows]) - act_m) \
-                if model.is_moe else None
+            ctx = self.ctx_ids
+            act_d = pr._activations(ctx, False, rc)
+            act_m: Any = pr._activations(ctx, True, rc) if model.is_moe else None
+            trans_d = pr._activations(ctx, False, "none") - act_d
+            trans_m: Any = (pr._activations(ctx, True, "none") - act_m) if model.is_moe else None
             for z in (0, 1, 2, 3):
                 in_domain = plans.zero_allows(z, self.dp_cp, tp=self.tp, pp=self.pp, cp=self.cp)[sr]
                 if not in_domain.any():
@@ -849,7 +868,9 @@ class _Layout:
             sel = z_col == z
             if not sel.any():
                 continue
-            sr = srow[sel]
+            # priced per structure (rows of one structure and ZeRO stage move the same bytes)
+            sr, inv = np.unique(srow[sel], return_inverse=True)
+            inv = inv.reshape(-1)
             for k in k_range:
                 cls = self.classes[k]
                 groups = ((self.dense[k][sr], dp_pl, dp_idx[sr], units[k]),
@@ -871,11 +892,11 @@ class _Layout:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(self.dense[k][sr], self.expert[k][sr], self.dp_cp[sr], self.edp[sr], z, pb)
-                sync[k][sel] = acc["dp_sync"]
-                gather[k][sel] = acc["param_gather"]
-                fsdp_ag[k][sel] = acc["fsdp_ag"]
-                fsdp_rs[k][sel] = acc["fsdp_rs"]
-                opt[k][sel] = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
+                sync[k][sel] = _rows_of(acc["dp_sync"], inv)
+                gather[k][sel] = _rows_of(acc["param_gather"], inv)
+                fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
+                fsdp_rs[k][sel] = _rows_of(acc["fsdp_rs"], inv)
+                opt[k][sel] = _rows_of(pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS), inv)
         fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k]) for k in k_range]
         return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
@@ -898,6 +919,11 @@ class _RowDecoder:
     def __getitem__(self, i: int) -> tuple[int, bool, int, int, bool]:
         mr, r, z, otp = (int(x) for x in self.rows[i])
         return int(self.s_rows[mr]), self.sp_rows[mr], r, z, bool(otp)
+
+
+def _rows_of(v: Any, index: np.ndarray) -> Any:
+    """Per-structure figures ``v`` (an array, or one value for all) at the rows ``index``."""
+    return v[index] if isinstance(v, np.ndarray) and v.ndim else v
 
 
 def _ring_times(network: NetworkPricer, kind: str, nbytes: np.ndarray, placements: list[GroupPlacement],
