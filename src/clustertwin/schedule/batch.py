@@ -371,7 +371,7 @@ class BatchPricer:
         out = have[ctx_ids]
         missing = np.isnan(out)
         if missing.any():
-            for c in np.unique(ctx_ids[missing]).tolist():
+            for c in set(ctx_ids[missing].tolist()):    # (plain np.unique imports numpy.ma: 20 ms once)
                 have[c] = self._activation(c, moe, rc)
             out = have[ctx_ids]
         return out
@@ -396,6 +396,10 @@ class BatchPricer:
 
     def block_ids(self, codes: np.ndarray) -> np.ndarray:
         """Rows of the block table of shape classes ``codes`` (``_code``), pricing those not priced yet."""
+        if codes.size and codes.max() < self._ids.size:
+            ids = self._ids[codes]
+            if ids.min() >= 0:     # all priced already (predict's repeated calls)
+                return ids
         uniq, inverse = np.unique(codes, return_inverse=True)
         if uniq.size and uniq[-1] >= self._ids.size:
             grown = np.full(max(int(uniq[-1]) + 1, 2 * self._ids.size), -1, dtype=np.int64)
@@ -451,7 +455,7 @@ class BatchPricer:
             in_stack = np.full(len(pairs), -1)
             in_stack[sel] = np.arange(len(sel))
             at = in_stack[pair_of]
-            for r in np.unique(mode[at >= 0]).tolist():
+            for r in sorted(set(mode[at >= 0].tolist())):
                 pick_ = np.flatnonzero((at >= 0) & (mode == r))
                 rc_rows = self._price_blocks(vc, pricer, RECOMPUTE_MODES[r], built)
                 self._store(codes[pick_], base_rows[at[pick_]] + rc_rows[at[pick_]])
@@ -750,8 +754,14 @@ class _Layout:
 
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
-        m_rows = self.m[srow]
-        params_rows = [params_k[srow] for params_k in self.total_params]
+        m_rows: Any = self.m[srow]
+        params_rows: list[Any] = [params_k[srow] for params_k in self.total_params]
+        if len(rows) == 1:   # a batch of one (predict): the same formulas on its floats, without numpy's per-call cost
+            base_classes = [StageTime(**{k: _one(v) for k, v in st.__dict__.items()}) for st in base_classes]
+            pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
+            sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
+            fsdp = [(_one(ag), _one(rs), units) for ag, rs, units in fsdp]
+            params_rows = [_one(x) for x in params_rows]
         decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
 
         def memory_of(i: int) -> list[dict]:
@@ -786,6 +796,8 @@ class _Layout:
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
                                                opg)
                 step = sum(breakdown.values())
+                if not isinstance(step, np.ndarray):
+                    step = np.array([step])
                 sink.offer(PricedRows(step, mem_rows, valid, (self.ss, decoder, odp, opg, opp), breakdown, crit,
                                       stage_times, self.stage_class, memory_of))
 
@@ -869,8 +881,11 @@ class _Layout:
             if not sel.any():
                 continue
             # priced per structure (rows of one structure and ZeRO stage move the same bytes)
-            sr, inv = np.unique(srow[sel], return_inverse=True)
-            inv = inv.reshape(-1)
+            if sel.sum() > 1:
+                sr, inv = np.unique(srow[sel], return_inverse=True)
+                inv = inv.reshape(-1)
+            else:
+                sr, inv = srow[sel], np.zeros(1, dtype=np.int64)
             for k in k_range:
                 cls = self.classes[k]
                 groups = ((self.dense[k][sr], dp_pl, dp_idx[sr], units[k]),
@@ -919,6 +934,11 @@ class _RowDecoder:
     def __getitem__(self, i: int) -> tuple[int, bool, int, int, bool]:
         mr, r, z, otp = (int(x) for x in self.rows[i])
         return int(self.s_rows[mr]), self.sp_rows[mr], r, z, bool(otp)
+
+
+def _one(x: Any) -> Any:
+    """The value of a one-element array as a Python number (int, float or bool); anything else as it is."""
+    return x.item() if isinstance(x, np.ndarray) and x.size == 1 else x
 
 
 def _rows_of(v: Any, index: np.ndarray) -> Any:
