@@ -265,7 +265,9 @@ class PricedRows:
     def at(self, i: int) -> "PricedRows":
         """Row ``i`` alone, in floats (predict's view)."""
         def f(v) -> float:
-            return float(np.asarray(v)[i]) if np.ndim(v) else float(v)
+            if isinstance(v, np.ndarray):
+                return float(v[i]) if v.ndim else float(v)
+            return float(v)
 
         stages = [StageTime(int(st.stage), **{k: f(v) for k, v in st.__dict__.items() if k != "stage"})
                   for st in self.stage_classes]
@@ -920,9 +922,18 @@ def _shape_key(plans: PlanSet) -> tuple:
     """What a BatchPricer's priced shape classes depend on: the job, and the plan fields of the job
     (kernel, dispatcher, routing, ...) it holds fixed; not the searched options, GPU count or batch."""
     c = plans.cluster
-    net = c.model_dump(exclude={"name", "source", "num_nodes"})
+    hit = _NETS.get(id(c))
+    if hit is None or hit[0] is not c:
+        if len(_NETS) >= _PRICERS_KEPT:
+            _NETS.pop(next(iter(_NETS)))
+        hit = _NETS[id(c)] = (c, repr(c.model_dump(exclude={"name", "source", "num_nodes"})))
     job_fields = tuple(sorted((k, v) for k, v in plans.fixed.items() if k in _JOB_FIELDS))
-    return (plans.model, plans.seq_len, plans.precision, plans.framework, job_fields, repr(net))
+    return (plans.model, plans.seq_len, plans.precision, plans.framework, job_fields, hit[1])
+
+
+# what _shape_key reads of a cluster (its network), by cluster identity: specs are frozen, and the
+# dump costs more than the rest of a repeated predict's bookkeeping
+_NETS: dict[int, tuple[ClusterSpec, str]] = {}
 
 
 class _RowDecoder:
