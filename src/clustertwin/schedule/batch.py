@@ -809,20 +809,23 @@ class _Layout:
         pr = self.pr
         mrow, r_col, _, otp_col = rows.T
         table = pr.blocks(self.block_codes(rows))     # rows x blocks x fields
-        tp_r = self.tp[self.s_rows[mrow]].astype(float)
-        otp_r = otp_col.astype(bool)
+        tp_r: Any = self.tp[self.s_rows[mrow]].astype(float)
+        otp_r: Any = otp_col.astype(bool)
+        one = len(rows) == 1          # a batch of one (predict): its floats, the same arithmetic
+        if one:
+            tp_r, otp_r, blocks = float(tp_r[0]), bool(otp_r[0]), table[0].tolist()
         out = []
         for cls in self.classes:
             counts = (float(cls.is_first), float(cls.n_dense), float(cls.n_moe), float(cls.is_last))
-            sums: Any = 0.0
+            sums: Any = 0.0 if not one else [0.0] * len(_FIELDS)
             for b, n in enumerate(counts):
                 if n:
-                    sums = sums + n * table[:, b, :]
-            if not isinstance(sums, np.ndarray):
+                    sums = sums + n * table[:, b, :] if not one else [x + n * y for x, y in zip(sums, blocks[b])]
+            if not one and not isinstance(sums, np.ndarray):
                 sums = np.zeros((len(rows), len(_FIELDS)))
 
-            def total(name: str, sums=sums) -> np.ndarray:
-                return sums[:, _F[name]]
+            def total(name: str, sums=sums) -> Any:
+                return sums[_F[name]] if one else sums[:, _F[name]]
 
             st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
                            ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"))
@@ -883,15 +886,24 @@ class _Layout:
             if not sel.any():
                 continue
             # priced per structure (rows of one structure and ZeRO stage move the same bytes)
-            if sel.sum() > 1:
-                sr, inv = np.unique(srow[sel], return_inverse=True)
+            sr = srow[sel]
+            if sr.size > 1:
+                sr, inv = np.unique(sr, return_inverse=True)
                 inv = inv.reshape(-1)
             else:
-                sr, inv = srow[sel], np.zeros(1, dtype=np.int64)
+                inv = np.zeros(1, dtype=np.int64)
+            if sr.size == 1:   # one structure (predict): its numbers as floats, the same arithmetic
+                s0 = int(sr[0])
+
+                def take(a: np.ndarray) -> Any:
+                    return a[s0].item()
+            else:
+                def take(a: np.ndarray) -> Any:
+                    return a[sr]
             for k in k_range:
                 cls = self.classes[k]
-                groups = ((self.dense[k][sr], dp_pl, dp_idx[sr], units[k]),
-                          (self.expert[k][sr], edp_pl, edp_idx[sr], max(1, cls.n_moe)))
+                groups = ((take(self.dense[k]), dp_pl, take(dp_idx), units[k]),
+                          (take(self.expert[k]), edp_pl, take(edp_idx), max(1, cls.n_moe)))
                 acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp_ag": 0.0, "fsdp_rs": 0.0}
                 for nparams, pls, idx, n_units in groups:
                     for name, kind, _phase, per_mb, elem in dp_collectives(
@@ -908,7 +920,8 @@ class _Layout:
                         else:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
-                _, adam = optimizer_traffic(self.dense[k][sr], self.expert[k][sr], self.dp_cp[sr], self.edp[sr], z, pb)
+                _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp), take(self.edp), z,
+                                            pb)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
@@ -957,10 +970,12 @@ def _rows_of(v: Any, index: np.ndarray) -> Any:
     return v[index] if isinstance(v, np.ndarray) and v.ndim else v
 
 
-def _ring_times(network: NetworkPricer, kind: str, nbytes: np.ndarray, placements: list[GroupPlacement],
-                index: np.ndarray) -> np.ndarray:
+def _ring_times(network: NetworkPricer, kind: str, nbytes: Any, placements: list[GroupPlacement],
+                index: Any) -> Any:
     """``network.time_many``; for a handful of collectives (predict's batch of one) one ``time`` call
     each, which prices them alike (element by element the same arithmetic) without building arrays."""
+    if not isinstance(nbytes, np.ndarray):    # one (a float, ``index`` an int)
+        return network.time(kind, float(nbytes), placements[index])
     if len(nbytes) > 2:
         return network.time_many(kind, nbytes, placements, index)
     return np.array([network.time(kind, float(b), placements[i]) for b, i in zip(nbytes, index)], dtype=float)
