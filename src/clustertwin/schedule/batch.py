@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..arith import Num, logical_and, where
+from ..arith import Num, logical_and, maximum, where
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
@@ -674,17 +674,20 @@ class _Layout:
     def memory(self) -> tuple[int, int, dict[tuple[int, int], np.ndarray]]:
         pr, plans, model = self.pr, self.pr.plans, self.pr.model
         sr = self.s_rows
-        dp_cp_m, m_m = self.dp_cp[sr], self.m[sr]
+        # one row (predict): its numbers as Python numbers, the same formulas without numpy's per-call cost
+        val: Callable[[Any], Any] = (lambda a: a.item() if isinstance(a, np.ndarray) else a) if sr.size == 1 \
+            else (lambda a: a)
+        dp_cp_m, m_m = val(self.dp_cp[sr]), val(self.m[sr])
         n_otp = plans.flag_count("overlap_tp_comm", self.otp_matters, self.otp_refused)    # per row
         n_opp = len(plans.overlap_pp_domain(self.pp))
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
         for r, rc in enumerate(plans.recompute_domain):
             ctx = self.ctx_ids
-            act_d = pr._activations(ctx, False, rc)
-            act_m: Any = pr._activations(ctx, True, rc) if model.is_moe else None
-            trans_d = pr._activations(ctx, False, "none") - act_d
-            trans_m: Any = (pr._activations(ctx, True, "none") - act_m) if model.is_moe else None
+            act_d = val(pr._activations(ctx, False, rc))
+            act_m: Any = val(pr._activations(ctx, True, rc)) if model.is_moe else None
+            trans_d = val(pr._activations(ctx, False, "none")) - act_d
+            trans_m: Any = (val(pr._activations(ctx, True, "none")) - act_m) if model.is_moe else None
             for z in (0, 1, 2, 3):
                 in_domain = plans.zero_allows(z, self.dp_cp, tp=self.tp, pp=self.pp, cp=self.cp)[sr]
                 if not in_domain.any():
@@ -694,18 +697,20 @@ class _Layout:
                 for k, cls in enumerate(self.classes):
                     moe = cls.n_moe > 0
                     mem = stage_memory(
-                        pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=self.dense[k][sr],
-                        expert=self.expert[k][sr], dp_cp=dp_cp_m, edp=self.edp[sr], layers_dense=cls.n_dense,
+                        pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=val(self.dense[k][sr]),
+                        expert=val(self.expert[k][sr]), dp_cp=dp_cp_m, edp=val(self.edp[sr]), layers_dense=cls.n_dense,
                         layers_moe=cls.n_moe, act_dense=act_d, act_moe=act_m if moe else 0.0,
-                        act_full_layer=np.maximum(trans_d, trans_m) if moe else trans_d,
+                        act_full_layer=maximum(trans_d, trans_m) if moe else trans_d,
                         in_flight_layers=in_flight(self.pp, self.vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
-                        logits=self.logits if cls.is_last else None,
-                        embedding_rows_bytes=self.emb_rows if cls.is_first else None,
+                        logits=val(self.logits) if cls.is_last else None,
+                        embedding_rows_bytes=val(self.emb_rows) if cls.is_first else None,
                         embedding_in_flight=in_flight(self.pp, self.vpp, m_m, cls.first, 1),
-                        embedding=self.embedding[k][sr])
+                        embedding=val(self.embedding[k][sr]))
                     per_class.append(mem)
                     tot = sum(mem.values())
-                    worst = tot if worst is None else np.maximum(worst, tot)
+                    worst = tot if worst is None else maximum(worst, tot)
+                if not isinstance(worst, np.ndarray):
+                    worst = np.array([worst])
                 ok = (worst <= plans.memory_limit_bytes) & in_domain
                 n_opg = plans.flag_count("overlap_param_gather", (self.dp_cp > 1) & (z > 0))
                 n_odp = plans.flag_count("overlap_dp_comm", plans.dp_overlap_matters(self.dp_cp, z, self.pp))
