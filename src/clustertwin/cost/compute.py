@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -223,8 +223,8 @@ class ComputePricer:
         return t + self.fw.kernel_gap_s * op.kernels
 
     def _gemm_times(self, op: Op, tp_overlap_chunks: Any) -> Any:
-        batch, m, n, k = op.shape
-        eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
+        batch, m, n, k = cast("tuple[Any, Any, Any, Any]", op.shape)   # ints, or arrays of many shape classes
+        eff: Any = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
         if self._is_layer_gemm(op):    # split into chunks where TP overlap chunks it (see gemm_time)
             split = np.asarray(tp_overlap_chunks) > 1
             wgrad = op.name.endswith(".wgrad")
@@ -241,6 +241,7 @@ class ComputePricer:
         rows = s_kv / np.asarray(attention_chunks)
         bwd = op.phase.value == "bwd"
         fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
+        eff: Any
         if op.name.startswith("attn.flash2") and fa2_eff is not None:
             eff = fa2_eff
             seq_half = p.attention_fa2_seq_half or p.attention_seq_half

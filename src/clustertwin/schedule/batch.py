@@ -449,16 +449,16 @@ class BatchPricer:
             cs = [self._contexts[int(p) // 2] for p in pairs[sel]]
             o = (pairs[sel] % 2).astype(bool)
             vc = stack_contexts(cs)
-            pricer = self._many_pricer(cs, o)
+            many = self._many_pricer(cs, o)
             built: dict[Any, Any] = {}
-            base_rows = self._price_blocks(vc, pricer, None, built)
+            base_rows = self._price_blocks(vc, many, None, built)
             # the codes of this stack, by recompute mode
             in_stack = np.full(len(pairs), -1)
             in_stack[sel] = np.arange(len(sel))
             at = in_stack[pair_of]
             for r in sorted(set(mode[at >= 0].tolist())):
                 pick_ = np.flatnonzero((at >= 0) & (mode == r))
-                rc_rows = self._price_blocks(vc, pricer, RECOMPUTE_MODES[r], built)
+                rc_rows = self._price_blocks(vc, many, RECOMPUTE_MODES[r], built)
                 self._store(codes[pick_], base_rows[at[pick_]] + rc_rows[at[pick_]])
 
     def _many_pricer(self, cs: list[LayerContext], otp: np.ndarray) -> ManyPricer:
@@ -489,6 +489,7 @@ class BatchPricer:
         priced by a ManyPricer): the blocks' ops built so far, and the rows come back stacked."""
         m = self.model
         stacked = built is not None
+        made: dict[Any, Any] = built if built is not None else {}
         n = pricer.n if stacked else 0
         out = np.zeros((n, len(_BLOCKS), len(_FIELDS)) if stacked else (len(_BLOCKS), len(_FIELDS)))
 
@@ -500,14 +501,14 @@ class BatchPricer:
                     return embedding_ops(c, m.vocab_size, m.positions == "learned")
                 return head_ops(c, m.vocab_size, self.fw.fused_cross_entropy)
             key = (what, moe)
-            if key not in built:
+            if key not in made:
                 if what == "layer":
-                    built[key] = layer_ops.__wrapped__(c, moe)
+                    made[key] = layer_ops.__wrapped__(c, moe)
                 elif what == "embedding":
-                    built[key] = embedding_ops.__wrapped__(c, m.vocab_size, m.positions == "learned")
+                    made[key] = embedding_ops.__wrapped__(c, m.vocab_size, m.positions == "learned")
                 else:
-                    built[key] = head_ops.__wrapped__(c, m.vocab_size, self.fw.fused_cross_entropy)
-            return built[key]
+                    made[key] = head_ops.__wrapped__(c, m.vocab_size, self.fw.fused_cross_entropy)
+            return made[key]
 
         for b, name in enumerate(_BLOCKS):
             if name in ("layer", "moe_layer"):
