@@ -36,13 +36,12 @@ from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan
 from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
-                              layer_recompute_ops, recompute_mode, stage_layers, stage_params)
+                              layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
-from ..workload.graph import recompute_ops
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
-from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
-                   exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
+from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step,
+                   exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -925,8 +924,8 @@ class _Layout:
                         else:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
-                _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp), take(self.edp), z,
-                                            pb)
+                _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
+                                            take(self.edp), z, pb)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)

@@ -473,7 +473,8 @@ def embedding_ops(c: LayerContext, vocab: int, learned_positions: bool) -> tuple
     """Token (and position) embedding on the first stage: vocab-parallel over tp."""
     a = c.act_bytes
     T = c.tokens
-    fwd = [Op("embedding.lookup", OpKind.EMBEDDING, FWD, bytes=_float(T * c.hidden * a * (3 if learned_positions else 2)),
+    fwd = [Op("embedding.lookup", OpKind.EMBEDDING, FWD,
+              bytes=_float(T * c.hidden * a * (3 if learned_positions else 2)),
               layer="embedding", kernels=3 if learned_positions else 1)]
     # backward: embedding_dense_backward sorts the token ids and sums rows into a zeroed (vocab x hidden)
     # gradient, which is then added into the accumulated gradient (read both, write one)
