@@ -1,8 +1,9 @@
 """Search speed: plans evaluated, plans/s and total time of an exhaustive search, and the speed-up
 over calling predict once per plan.
 
-    python benchmarks/search_speed.py            # the three cases of docs/search.md
+    python benchmarks/search_speed.py            # the three dense cases of docs/search.md, and MoE
     python benchmarks/search_speed.py --quick     # the smallest case only
+    python benchmarks/search_speed.py --only deepseek   # the cases whose model name holds "deepseek"
 
 For each case the exhaustive search at the GPU count given is timed (``--pareto-points 1``), then
 the default search with its Pareto view (N, N/2, N/4). The naive alternative is priced by timing
@@ -18,16 +19,20 @@ import random
 import sys
 import time
 
-from clustertwin.catalog import cluster_for_gpu, load_model
+from clustertwin.catalog import cluster_for_gpu, load_cluster, load_model
 from clustertwin.errors import ClusterTwinError
 from clustertwin.predict import predict_job
 from clustertwin.search import make_space, search
 from clustertwin.specs import make_job, make_plan
 
+# (label, model, GPU, GPU count, global batch, sequence); a GPU given as "cluster:NAME" is that cluster
+# preset (its GPU count). DeepSeek-V3 on its 2,048-H800 cluster at what `clustertwin search --model
+# deepseek-v3 --cluster deepseek-v3-h800` defaults to (512 sequences of 4,096 tokens).
 CASES = [
     ("GPT-3 175B on 1,024 A100", "gpt3-175b", "a100-80gb", 1024, 1536, 2048),
     ("Llama 3.1 405B on 16,384 H100", "llama3.1-405b", "h100-sxm", 16384, 2048, 8192),
     ("Megatron 1T on 16,384 H100", "megatron-1t", "h100-sxm", 16384, 8192, 2048),
+    ("DeepSeek-V3 (MoE) on 2,048 H800", "deepseek-v3", "cluster:deepseek-v3-h800", 2048, 512, 4096),
 ]
 
 
@@ -69,20 +74,22 @@ def valid_seconds_per_plan(space, samples: int, seed: int = 1) -> float:
     return (time.perf_counter() - t0) / samples
 
 
-def main(quick: bool = False) -> None:
+def main(quick: bool = False, only: str | None = None) -> None:
     print(f"machine: {os.cpu_count()} CPUs, Python {platform.python_version()}, {platform.machine()}")
     print("| case | plans evaluated | fit in memory | shape classes | exhaustive search | plans/s | "
           "with Pareto view (N, N/2, N/4) | predict per plan (valid) | predict once per plan | speed-up |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for label, model, gpu, n, gb, seq in CASES[:1] if quick else CASES:
-        kw = dict(gpu=gpu, num_gpus=n, global_batch=gb, seq_len=seq)
+    cases = [c for c in CASES if only is None or only in c[1]]
+    for label, model, gpu, n, gb, seq in cases[:1] if quick else cases:
+        preset = gpu.removeprefix("cluster:") if gpu.startswith("cluster:") else None
+        kw = (dict(cluster=preset) if preset else dict(gpu=gpu, num_gpus=n)) | dict(global_batch=gb, seq_len=seq)
         t0 = time.perf_counter()
         r = search(model, **kw, top=10, pareto_points=1)
         exhaustive = time.perf_counter() - t0
         t0 = time.perf_counter()
         search(model, **kw, top=10, pareto_points=3)
         with_pareto = time.perf_counter() - t0
-        space = make_space(load_model(model), cluster_for_gpu(gpu, n), gb, seq)
+        space = make_space(load_model(model), load_cluster(preset) if preset else cluster_for_gpu(gpu, n), gb, seq)
         per_plan, valid_share = naive_seconds_per_plan(space, 300)
         per_valid = valid_seconds_per_plan(space, 100)
         naive = per_plan * r.evaluated
@@ -95,4 +102,5 @@ def main(quick: bool = False) -> None:
 
 
 if __name__ == "__main__":
-    main("--quick" in sys.argv[1:])
+    args = sys.argv[1:]
+    main("--quick" in args, args[args.index("--only") + 1] if "--only" in args else None)

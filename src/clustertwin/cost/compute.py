@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import math
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Sequence, cast
+
+import numpy as np
 
 from ..arith import maximum
 from ..constants import group, value
@@ -57,25 +59,51 @@ def gemm_shape_efficiency(m: int, n: int, k: int, batch: int, sms: int, wave_q: 
     return best * k / (k + k_half)
 
 
-def host_idle(stream: Sequence[tuple[float, float, bool]]) -> float:
+def gemm_shape_efficiency_many(m, n, k, batch, sms: int, wave_q: float, k_half: float) -> np.ndarray:
+    """``gemm_shape_efficiency`` element by element over arrays of GEMM shapes (the same arithmetic:
+    the integer tile counts are exact in floats)."""
+    best: Any = 0.0
+    for tm, tn, tile_eff in _TILES:
+        rows, cols = np.ceil(m / tm), np.ceil(n / tn)
+        tiles = batch * rows * cols
+        waves = np.ceil(tiles / sms)
+        util = tiles / (waves * sms)
+        util = 1.0 - wave_q * (1.0 - util)
+        pad = (m * n) / (rows * tm * cols * tn)
+        best = np.maximum(best, tile_eff * util * pad)
+    return best * k / (k + k_half)
+
+
+def gemm_aligned_many(op: Op) -> Any:
+    """``gemm_aligned`` of an op whose shape holds arrays (many shape classes): a bool array."""
+    _, m, n, k = op.shape
+    step = max(1, int(_ALIGN_BYTES) // element_bytes(op.dtype))
+    a, b = (m, n) if op.name.endswith(".wgrad") else (n, k)
+    return np.logical_and(np.equal(np.mod(a, step), 0), np.equal(np.mod(b, step), 0))
+
+
+def host_idle(stream: Sequence[tuple[Any, Any, bool]]) -> Any:
     """GPU idle time of a stream the host feeds, beyond its busy time, per run of ``stream`` in steady
     state. ``stream``: the ops of a phase of a block in issue order as (host seconds, GPU seconds,
     whether it runs on the compute stream). The host issues each op after the one before; an op starts
     once issued and once the stream's previous op is done; the launch queue lets the host run ahead of
     long kernels (CUDA launches are asynchronous), so host time hides behind GPU time where the GPU is
     behind and adds where the host is. Blocks repeat (layer after layer), and the host's lead carries
-    from one to the next: the idle of one run is that of two runs less that of one."""
-    def idle(runs: int) -> float:
-        host = gpu = busy = 0.0
-        for _ in range(runs):
-            for h, g, on_stream in stream:
-                host += h
-                if on_stream:
-                    gpu = max(gpu, host) + g
-                    busy += g
-        return max(gpu, host) - busy
-
-    return max(0.0, idle(2) - idle(1))
+    from one to the next: the idle of one run is that of two runs less that of one. Seconds may be
+    floats or arrays (many shape classes at once, element by element the same arithmetic)."""
+    host: Any = 0.0
+    gpu: Any = 0.0
+    busy: Any = 0.0
+    once: Any = 0.0
+    for run in range(2):
+        for h, g, on_stream in stream:
+            host += h
+            if on_stream:
+                gpu = maximum(gpu, host) + g
+                busy += g
+        if run == 0:
+            once = maximum(gpu, host) - busy      # the idle of one run
+    return maximum(0.0, (maximum(gpu, host) - busy) - once)
 
 
 class ComputePricer:
@@ -116,8 +144,12 @@ class ComputePricer:
         return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
 
     def _gemm_chunks(self, op: Op) -> int:
-        return self.tp_overlap_chunks if (op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name)
-                                          and not op.name.startswith("moe.")) else 1
+        return self.tp_overlap_chunks if self._is_layer_gemm(op) else 1
+
+    @staticmethod
+    def _is_layer_gemm(op: Op) -> bool:
+        """A layer GEMM (not attention scores, not an expert's): TP overlap splits it into chunks."""
+        return op.layer in ("layer", "moe_layer") and not is_score_gemm(op.name) and not op.name.startswith("moe.")
 
     def _measured_gemm_time(self, op: Op, tables) -> float:
         """A GEMM priced from a measured (M, N, K) table: a batched GEMM counts as batch x M rows."""
@@ -172,6 +204,57 @@ class ComputePricer:
             t = t + self.fw.kernel_gap_s * op.kernels
         self._cache[op] = t
         return t
+
+    def times(self, op: Op, tp_overlap_chunks: Any = 1, attention_chunks: Any = 1) -> Any:
+        """``time`` of an op whose sizes are arrays (the ops of many shape classes, built from stacked
+        contexts), element by element the same arithmetic; ``tp_overlap_chunks`` and
+        ``attention_chunks`` per element (what a pricer of each shape class holds). Formulas only:
+        a profile with measured tables is priced op by op (``time``)."""
+        if self.profile.tables is not None:
+            raise ValueError("times() prices with the formulas; a profile with measured tables needs time()")
+        if op.kind == OpKind.GEMM:
+            t = self._gemm_times(op, tp_overlap_chunks)
+        elif op.kind == OpKind.ATTENTION:
+            t = self._attention_times(op, attention_chunks)
+        else:
+            t = self._memory_time(op.bytes, "adamw" if op.kind == OpKind.OPTIMIZER else "elementwise")
+        if op.kind == OpKind.OPTIMIZER:
+            return self._launch_bound(t, OPTIMIZER_KERNELS)
+        return t + self.fw.kernel_gap_s * op.kernels
+
+    def _gemm_times(self, op: Op, tp_overlap_chunks: Any) -> Any:
+        batch, m, n, k = cast("tuple[Any, Any, Any, Any]", op.shape)   # ints, or arrays of many shape classes
+        eff: Any = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
+        if self._is_layer_gemm(op):    # split into chunks where TP overlap chunks it (see gemm_time)
+            split = np.asarray(tp_overlap_chunks) > 1
+            wgrad = op.name.endswith(".wgrad")
+            m, k = (np.where(split, np.maximum(1, m if wgrad else m // tp_overlap_chunks), m),
+                    np.where(split, np.maximum(1, k // tp_overlap_chunks if wgrad else k), k))
+        eff = eff * gemm_shape_efficiency_many(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization,
+                                               self.profile.k_half)
+        eff = np.where(gemm_aligned_many(op), eff, eff * _UNALIGNED_EFF)
+        return np.maximum(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
+
+    def _attention_times(self, op: Op, attention_chunks: Any) -> Any:
+        b, heads, s_q, s_kv, dqk, dv = op.shape
+        p = self.profile
+        rows = s_kv / np.asarray(attention_chunks)
+        bwd = op.phase.value == "bwd"
+        fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
+        eff: Any
+        if op.name.startswith("attn.flash2") and fa2_eff is not None:
+            eff = fa2_eff
+            seq_half = p.attention_fa2_seq_half or p.attention_seq_half
+        else:
+            eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
+            seq_half = p.attention_seq_half
+        eff = eff * (rows / (rows + seq_half))
+        eff = eff * self.clock
+        eff = eff * min(1.0, (max(dqk, dv) / _HEAD_DIM_REF)) ** _HEAD_DIM_EXP
+        blocks = b * heads * np.ceil(s_q / _QUERY_TILE)
+        sms = self.gpu.sm_count
+        eff = np.where(blocks < sms, eff * np.minimum(1.0, blocks / sms), eff)
+        return np.maximum(op.flops / (self.gpu.peak("bf16") * eff), op.bytes / self.mem_bw)
 
     def host_time(self, op: Op) -> float:
         """Seconds the host spends issuing ``op``: the framework's per-kernel cost (forward and

@@ -16,7 +16,6 @@ may take) and a list of ``Structure`` (the sizes of a plan: tp, pp, vpp, cp, dp,
 """
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -26,23 +25,23 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from ..arith import Num, logical_and, where
+from ..arith import Num, logical_and, maximum, where
 from ..cost.compute import OPTIMIZER_KERNELS, ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
-from ..parallel.layout import GroupPlacement, expert_dp_size, place_group
+from ..parallel.layout import GroupPlacement, expert_dp_size, group_placements, place_group
 from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible,
                               tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan
 from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
-                              layer_recompute_ops, recompute_mode, stage_layers, stage_params)
+                              layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
-from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops
+from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
-from .step import (OVERLAP_SLOWDOWN, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step, exposed_cp, exposed_fsdp,
-                   exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
+from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step,
+                   exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -55,6 +54,13 @@ _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", 
            "attn_rc", "moe_imb")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
+# below this many shape classes to price, pricing them one by one is faster than stacking them
+_STACK_FROM = 8
+
+
+def _code(ctx_id, overlap_tp, mode):
+    """A shape class as one int (ints or arrays): context, TP overlap, index in RECOMPUTE_MODES."""
+    return (ctx_id * 2 + overlap_tp) * 3 + mode
 
 
 @dataclass(frozen=True)
@@ -257,7 +263,9 @@ class PricedRows:
     def at(self, i: int) -> "PricedRows":
         """Row ``i`` alone, in floats (predict's view)."""
         def f(v) -> float:
-            return float(np.asarray(v)[i]) if np.ndim(v) else float(v)
+            if isinstance(v, np.ndarray):
+                return float(v[i]) if v.ndim else float(v)
+            return float(v)
 
         stages = [StageTime(int(st.stage), **{k: f(v) for k, v in st.__dict__.items() if k != "stage"})
                   for st in self.stage_classes]
@@ -312,10 +320,14 @@ class BatchPricer:
         self._memory_bound = ComputePricer(plans.cluster.gpu, self.profile, self.fw)  # optimizer steps
         self._ctx: dict[tuple, int] = {}
         self._contexts: list[LayerContext] = []
-        self._blocks: dict[tuple, int] = {}
-        self._priced: dict[tuple, np.ndarray] = {}
-        self._block_rows: list[np.ndarray] = []
+        # priced shape classes: the block table's row of each code (ctx, tp overlap, recompute mode;
+        # ``_code``), -1 where not priced yet; rows of (blocks x fields)
+        self._ids = np.full(0, -1, dtype=np.int64)
+        self._table = np.zeros((0, len(_BLOCKS), len(_FIELDS)))
+        self._n_blocks = 0
+        self._placed: dict[tuple[int, int, int], dict[str, GroupPlacement]] = {}
         self._acts: dict[tuple, float] = {}
+        self._act_arrays: dict[tuple[bool, str], np.ndarray] = {}
         self._params: dict[tuple, StageParams] = {}
         self._layouts: dict[tuple, tuple[list[_StageClass], list[int]]] = {}
 
@@ -347,6 +359,23 @@ class BatchPricer:
             v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw))
         return v
 
+    def _activations(self, ctx_ids: np.ndarray, moe: bool, rc: str) -> np.ndarray:
+        """``_activation`` of each context of ``ctx_ids`` (an array over them)."""
+        key = (moe, rc)
+        have = self._act_arrays.get(key)
+        if have is None or have.size < len(self._contexts):
+            grown = np.full(len(self._contexts), np.nan)
+            if have is not None:
+                grown[:have.size] = have
+            have = self._act_arrays[key] = grown
+        out = have[ctx_ids]
+        missing = np.isnan(out)
+        if missing.any():
+            for c in set(ctx_ids[missing].tolist()):    # (plain np.unique imports numpy.ma: 20 ms once)
+                have[c] = self._activation(c, moe, rc)
+            out = have[ctx_ids]
+        return out
+
     def _pricer(self, tp: int, cp: int, ep: int, overlap_tp: bool) -> Pricer:
         plan = self._plan_ns(tp, cp, ep, overlap_tp=overlap_tp)
         key = (tp_overlap_chunks(plan), cp)
@@ -357,45 +386,158 @@ class BatchPricer:
 
     def block_id(self, ctx_id: int, overlap_tp: bool, rc: str) -> int:
         """Index of the priced blocks (embedding, layer, MoE layer, head) of a shape class."""
-        key = (ctx_id, overlap_tp, rc)
-        i = self._blocks.get(key)
-        if i is None:
-            c = self._contexts[ctx_id]
-            pricer = self._pricer(c.tp, c.cp, c.ep, overlap_tp)
-            base = self._priced.get((ctx_id, overlap_tp))
-            if base is None:  # forward and backward do not depend on the recompute mode
-                base = self._priced[(ctx_id, overlap_tp)] = self._price_blocks(c, pricer, None)
-            i = self._blocks[key] = len(self._block_rows)
-            self._block_rows.append(base + self._price_blocks(c, pricer, rc))
-        return i
+        return int(self.block_ids(np.array([_code(ctx_id, overlap_tp, RECOMPUTE_MODES.index(rc))]))[0])
 
-    def _price_blocks(self, c: LayerContext, pricer: Pricer, rc: str | None) -> np.ndarray:
+    def blocks(self, codes: np.ndarray) -> np.ndarray:
+        """The priced blocks of shape classes ``codes`` (``_code``; priced where not yet): for each,
+        blocks (embedding, layer, MoE layer, head) x fields (``_FIELDS``)."""
+        ids = self.block_ids(codes)
+        return self._table[ids]
+
+    def block_ids(self, codes: np.ndarray) -> np.ndarray:
+        """Rows of the block table of shape classes ``codes`` (``_code``), pricing those not priced yet."""
+        if codes.size and codes.max() < self._ids.size:
+            ids = self._ids[codes]
+            if ids.min() >= 0:     # all priced already (predict's repeated calls)
+                return ids
+        uniq, inverse = np.unique(codes, return_inverse=True)
+        if uniq.size and uniq[-1] >= self._ids.size:
+            grown = np.full(max(int(uniq[-1]) + 1, 2 * self._ids.size), -1, dtype=np.int64)
+            grown[:self._ids.size] = self._ids
+            self._ids = grown
+        ids = self._ids[uniq]
+        missing = uniq[ids < 0]
+        if missing.size:
+            self._price_codes(missing)
+            ids = self._ids[uniq]
+        return ids[inverse.reshape(-1)]
+
+    def _store(self, codes: np.ndarray, rows: np.ndarray) -> None:
+        n = self._n_blocks + len(codes)
+        if n > len(self._table):
+            grown = np.zeros((max(n, 2 * len(self._table)), len(_BLOCKS), len(_FIELDS)))
+            grown[:self._n_blocks] = self._table[:self._n_blocks]
+            self._table = grown
+        self._table[self._n_blocks:n] = rows
+        self._ids[codes] = np.arange(self._n_blocks, n)
+        self._n_blocks = n
+
+    def _price_codes(self, codes: np.ndarray) -> None:
+        """Price the shape classes ``codes``: stacked by op-list structure (``stack_key``), each stack
+        at once (``ManyPricer``); one by one with a measured profile, or when there are few."""
+        ctx, otp, mode = codes // 6, (codes // 3) % 2, codes % 3
+        if self.profile.tables is not None or len(codes) < _STACK_FROM:
+            base: dict[tuple[int, int], np.ndarray] = {}
+            rows = []
+            for c_id, o, r in zip(ctx.tolist(), otp.tolist(), mode.tolist()):
+                c = self._contexts[c_id]
+                pricer = self._pricer(c.tp, c.cp, c.ep, bool(o))
+                if (c_id, o) not in base:   # forward and backward do not depend on the recompute mode
+                    base[(c_id, o)] = self._price_blocks(c, pricer, None)
+                rows.append(base[(c_id, o)] + self._price_blocks(c, pricer, RECOMPUTE_MODES[r]))
+            self._store(codes, np.array(rows))
+            return
+        pairs, pair_of = np.unique(ctx * 2 + otp, return_inverse=True)
+        pair_of = pair_of.reshape(-1)
+        ops_heads = self.fw.selective_recompute == "ops"
+        stacks: dict[tuple, list[int]] = {}
+        for i, pair in enumerate(pairs.tolist()):
+            stacks.setdefault(stack_key(self._contexts[pair // 2], heads=ops_heads), []).append(i)
+        for members in stacks.values():
+            sel = np.array(members)
+            cs = [self._contexts[int(p) // 2] for p in pairs[sel]]
+            o = (pairs[sel] % 2).astype(bool)
+            vc = stack_contexts(cs)
+            many = self._many_pricer(cs, o)
+            built: dict[Any, Any] = {}
+            base_rows = self._price_blocks(vc, many, None, built)
+            # the codes of this stack, by recompute mode
+            in_stack = np.full(len(pairs), -1)
+            in_stack[sel] = np.arange(len(sel))
+            at = in_stack[pair_of]
+            for r in sorted(set(mode[at >= 0].tolist())):
+                pick_ = np.flatnonzero((at >= 0) & (mode == r))
+                rc_rows = self._price_blocks(vc, many, RECOMPUTE_MODES[r], built)
+                self._store(codes[pick_], base_rows[at[pick_]] + rc_rows[at[pick_]])
+
+    def _many_pricer(self, cs: list[LayerContext], otp: np.ndarray) -> ManyPricer:
+        """A pricer of the shape classes of contexts ``cs`` with TP overlap ``otp`` (one each)."""
+        tp = np.array([c.tp for c in cs])
+        chunks = np.where(otp & (tp > 1), tp, 1)      # tp_overlap_chunks of each plan
+        placed = []
+        for c in cs:
+            key = (c.tp, c.cp, c.ep)
+            pl = self._placed.get(key)
+            if pl is None:
+                pl = self._placed[key] = group_placements(self._plan_ns(c.tp, c.cp, c.ep),
+                                                          self.plans.cluster.gpus_per_node)
+            placed.append(pl)
+        groups = {}
+        for name in placed[0]:
+            distinct: dict[GroupPlacement, int] = {}
+            idx = np.array([distinct.setdefault(pl[name], len(distinct)) for pl in placed])
+            groups[name] = (list(distinct), idx)
+        compute = self._computes.get((1, 1))
+        if compute is None:
+            compute = self._computes[(1, 1)] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, 1, 1)
+        return ManyPricer(compute, self.network, chunks, np.array([c.cp for c in cs]), groups, len(cs))
+
+    def _price_blocks(self, c: LayerContext, pricer: Any, rc: str | None, built: dict | None = None) -> np.ndarray:
         """Per block, the fields of one phase group: forward and backward (``rc`` None), or the
-        recomputation ``rc`` adds."""
+        recomputation ``rc`` adds. ``built`` (a dict, for stacked contexts: ``stack_contexts``
+        priced by a ManyPricer): the blocks' ops built so far, and the rows come back stacked."""
         m = self.model
-        out = np.zeros((len(_BLOCKS), len(_FIELDS)))
+        stacked = built is not None
+        made: dict[Any, Any] = built if built is not None else {}
+        n = pricer.n if stacked else 0
+        out = np.zeros((n, len(_BLOCKS), len(_FIELDS)) if stacked else (len(_BLOCKS), len(_FIELDS)))
+
+        def ops_of(what: str, moe: bool = False):
+            if not stacked:
+                if what == "layer":
+                    return layer_ops(c, moe)
+                if what == "embedding":
+                    return embedding_ops(c, m.vocab_size, m.positions == "learned")
+                return head_ops(c, m.vocab_size, self.fw.fused_cross_entropy)
+            key = (what, moe)
+            if key not in made:
+                if what == "layer":
+                    made[key] = layer_ops.__wrapped__(c, moe)
+                elif what == "embedding":
+                    made[key] = embedding_ops.__wrapped__(c, m.vocab_size, m.positions == "learned")
+                else:
+                    made[key] = head_ops.__wrapped__(c, m.vocab_size, self.fw.fused_cross_entropy)
+            return made[key]
+
         for b, name in enumerate(_BLOCKS):
             if name in ("layer", "moe_layer"):
                 if name == "moe_layer" and not m.is_moe:
                     continue
-                f, bwd, core = layer_ops(c, name == "moe_layer")
+                f, bwd, core = ops_of("layer", name == "moe_layer")
             elif rc is not None:
                 continue  # embedding and head are not recomputed
             elif name == "embedding":
-                (f, bwd), core = embedding_ops(c, m.vocab_size, m.positions == "learned"), ()
+                (f, bwd), core = ops_of("embedding"), ()
             else:
-                (f, bwd), core = head_ops(c, m.vocab_size, self.fw.fused_cross_entropy), ()
+                (f, bwd), core = ops_of("head"), ()
             st = StageTime(0)
             if rc is None:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
-                out[b] = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                          st.moe_imbalance_s)
+                vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
+                        st.moe_imbalance_s)
             else:
-                ops = layer_recompute_ops(c, name == "moe_layer", recompute_mode(rc, self.fw))
+                mode = recompute_mode(rc, self.fw)
+                ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
+                       else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
-                out[b] = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                          st.moe_imbalance_s)
+                vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
+                        st.moe_imbalance_s)
+            if stacked:
+                for k, v in enumerate(vals):
+                    out[:, b, k] = v
+            else:
+                out[b] = vals
         return out
 
     # ---- layouts -----------------------------------------------------------------------------
@@ -450,9 +592,15 @@ class BatchPricer:
         for s in structures:
             groups.setdefault((s.pp, s.vpp), []).append(s)
         feasible = pruned = 0
+        layouts = []
         for (pp, vpp), ss in groups.items():
             lay = _Layout(self, pp, vpp, ss, every_stage)
-            f, p, fits = lay.memory()
+            layouts.append((lay, *lay.memory()))
+        # the shape classes every layout's plans that fit need, priced together (stacked widest)
+        codes = [lay.block_codes(lay.rows(fits)) for lay, _, _, fits in layouts if fits]
+        if codes:
+            self.block_ids(np.concatenate(codes))
+        for lay, f, p, fits in layouts:
             if fits:
                 lay.time(fits, sink)
             feasible += f
@@ -467,7 +615,7 @@ class BatchPricer:
         best = TopK(keep)
         feasible, pruned = self.price(structures, best, plans, progress=progress)
         cands = [self.candidate(ref, i, t, mem) for t, mem, ref, i in best.best()]
-        return Evaluation(cands, feasible, pruned, len(self._block_rows))
+        return Evaluation(cands, feasible, pruned, self._n_blocks)
 
     def candidate(self, ref: tuple, i: int, step_time_s: float = 0.0, memory_bytes: float = 0.0) -> Candidate:
         """The plan of row ``i`` of a timed batch (``PricedRows.ref``)."""
@@ -492,6 +640,7 @@ class _Layout:
                 sp_rows.append(sp)
                 ctx_rows.append(pricer.context_id(s.tp, s.cp, s.micro_batch, sp, s.ep))
         self.s_rows, self.sp_rows, self.ctx_rows = np.array(s_rows), sp_rows, ctx_rows
+        self.ctx_ids = np.array(ctx_rows, dtype=np.int64)
         self.tp = np.array([s.tp for s in ss])
         self.cp = cp = np.array([s.cp for s in ss])
         dp = np.array([s.dp for s in ss])
@@ -516,6 +665,7 @@ class _Layout:
         tp_rows, sp_arr = self.tp[self.s_rows], np.array(sp_rows, dtype=bool)
         self.otp_matters = plans.tp_overlap_matters(tp_rows, sp_arr)
         self.otp_refused = np.asarray(tp_overlap_without_sp(PlanFacts(tp_rows, overlap_tp=True, sp=sp_arr)), dtype=bool)
+        self._rows: np.ndarray | None = None
         self.mem_total: dict[tuple[int, int], np.ndarray] = {}
         self.mem_classes: dict[tuple[int, int], list[dict]] = {}
 
@@ -523,17 +673,20 @@ class _Layout:
     def memory(self) -> tuple[int, int, dict[tuple[int, int], np.ndarray]]:
         pr, plans, model = self.pr, self.pr.plans, self.pr.model
         sr = self.s_rows
-        dp_cp_m, m_m = self.dp_cp[sr], self.m[sr]
+        # one row (predict): its numbers as Python numbers, the same formulas without numpy's per-call cost
+        val: Callable[[Any], Any] = (lambda a: a.item() if isinstance(a, np.ndarray) else a) if sr.size == 1 \
+            else (lambda a: a)
+        dp_cp_m, m_m = val(self.dp_cp[sr]), val(self.m[sr])
         n_otp = plans.flag_count("overlap_tp_comm", self.otp_matters, self.otp_refused)    # per row
         n_opp = len(plans.overlap_pp_domain(self.pp))
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
         for r, rc in enumerate(plans.recompute_domain):
-            act_d = np.array([pr._activation(c, False, rc) for c in self.ctx_rows])
-            act_m: Any = np.array([pr._activation(c, True, rc) for c in self.ctx_rows]) if model.is_moe else None
-            trans_d = np.array([pr._activation(c, False, "none") for c in self.ctx_rows]) - act_d
-            trans_m: Any = (np.array([pr._activation(c, True, "none") for c in self.ctx_rows]) - act_m) \
-                if model.is_moe else None
+            ctx = self.ctx_ids
+            act_d = val(pr._activations(ctx, False, rc))
+            act_m: Any = val(pr._activations(ctx, True, rc)) if model.is_moe else None
+            trans_d = val(pr._activations(ctx, False, "none")) - act_d
+            trans_m: Any = (val(pr._activations(ctx, True, "none")) - act_m) if model.is_moe else None
             for z in (0, 1, 2, 3):
                 in_domain = plans.zero_allows(z, self.dp_cp, tp=self.tp, pp=self.pp, cp=self.cp)[sr]
                 if not in_domain.any():
@@ -543,19 +696,21 @@ class _Layout:
                 for k, cls in enumerate(self.classes):
                     moe = cls.n_moe > 0
                     mem = stage_memory(
-                        pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=self.dense[k][sr],
-                        expert=self.expert[k][sr], dp_cp=dp_cp_m, edp=self.edp[sr], layers_dense=cls.n_dense,
-                        tp=self.tp[sr],
+                        pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=val(self.dense[k][sr]),
+                        expert=val(self.expert[k][sr]), dp_cp=dp_cp_m, edp=val(self.edp[sr]), layers_dense=cls.n_dense,
+                        tp=val(self.tp[sr]),
                         layers_moe=cls.n_moe, act_dense=act_d, act_moe=act_m if moe else 0.0,
-                        act_full_layer=np.maximum(trans_d, trans_m) if moe else trans_d,
+                        act_full_layer=maximum(trans_d, trans_m) if moe else trans_d,
                         in_flight_layers=in_flight(self.pp, self.vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
-                        logits=self.logits if cls.is_last else None,
-                        embedding_rows_bytes=self.emb_rows if cls.is_first else None,
+                        logits=val(self.logits) if cls.is_last else None,
+                        embedding_rows_bytes=val(self.emb_rows) if cls.is_first else None,
                         embedding_in_flight=in_flight(self.pp, self.vpp, m_m, cls.first, 1),
-                        embedding=self.embedding[k][sr])
+                        embedding=val(self.embedding[k][sr]))
                     per_class.append(mem)
                     tot = sum(mem.values())
-                    worst = tot if worst is None else np.maximum(worst, tot)
+                    worst = tot if worst is None else maximum(worst, tot)
+                if not isinstance(worst, np.ndarray):
+                    worst = np.array([worst])
                 ok = (worst <= plans.memory_limit_bytes) & in_domain
                 n_opg = plans.flag_count("overlap_param_gather", (self.dp_cp > 1) & (z > 0))
                 n_odp = plans.flag_count("overlap_dp_comm", plans.dp_overlap_matters(self.dp_cp, z, self.pp))
@@ -569,18 +724,30 @@ class _Layout:
         return feasible, pruned, fits
 
     # ---- step time --------------------------------------------------------------------------------
+    def rows(self, fits: dict[tuple[int, int], np.ndarray]) -> np.ndarray:
+        """The rows to time: (memory row, recompute index, zero, tp overlap) of the plans that fit."""
+        if self._rows is None:
+            plans = self.pr.plans
+            parts = []
+            for (r, z), ok in fits.items():
+                for otp in (False, True):
+                    sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.otp_matters,
+                                                                self.otp_refused))
+                    if sel.size:
+                        parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
+                                               np.full(sel.size, int(otp))], axis=1))
+            self._rows = np.concatenate(parts)
+        return self._rows
+
+    def block_codes(self, rows: np.ndarray) -> np.ndarray:
+        """The shape class (``_code``) of each row."""
+        modes = np.array([RECOMPUTE_MODES.index(m) for m in self.pr.plans.recompute_domain])
+        return _code(np.asarray(self.ctx_rows)[rows[:, 0]], rows[:, 3], modes[rows[:, 1]])
+
     def time(self, fits: dict[tuple[int, int], np.ndarray], sink) -> None:
         plans = self.pr.plans
         pp, vpp = self.pp, self.vpp
-        # rows to time: (structure, sp, recompute, zero, tp overlap) that fit
-        parts = []
-        for (r, z), ok in fits.items():
-            for otp in (False, True):
-                sel = np.flatnonzero(ok & plans.flag_allows("overlap_tp_comm", otp, self.otp_matters, self.otp_refused))
-                if sel.size:
-                    parts.append(np.stack([sel, np.full(sel.size, r), np.full(sel.size, z),
-                                           np.full(sel.size, int(otp))], axis=1))
-        rows = np.concatenate(parts)            # columns: memory row, recompute index, zero, tp overlap
+        rows = self.rows(fits)                  # columns: memory row, recompute index, zero, tp overlap
         mrow, r_col, z_col, otp_col = rows.T
         srow = self.s_rows[mrow]
         mem_rows = np.empty(len(rows))
@@ -594,8 +761,14 @@ class _Layout:
 
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
-        m_rows = self.m[srow]
-        params_rows = [params_k[srow] for params_k in self.total_params]
+        m_rows: Any = self.m[srow]
+        params_rows: list[Any] = [params_k[srow] for params_k in self.total_params]
+        if len(rows) == 1:   # a batch of one (predict): the same formulas on its floats, without numpy's per-call cost
+            base_classes = [StageTime(**{k: _one(v) for k, v in st.__dict__.items()}) for st in base_classes]
+            pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
+            sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
+            fsdp = [(_one(ag), _one(rs), units) for ag, rs, units in fsdp]
+            params_rows = [_one(x) for x in params_rows]
         decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
 
         def memory_of(i: int) -> list[dict]:
@@ -630,6 +803,8 @@ class _Layout:
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
                                                opg)
                 step = sum(breakdown.values())
+                if not isinstance(step, np.ndarray):
+                    step = np.array([step])
                 sink.offer(PricedRows(step, mem_rows, valid, (self.ss, decoder, odp, opg, opp), breakdown, crit,
                                       stage_times, self.stage_class, memory_of))
 
@@ -637,28 +812,25 @@ class _Layout:
         """Each stage class of every row: the sum of its priced blocks, with the communication the
         plan cannot hide."""
         pr = self.pr
-        rc_domain = pr.plans.recompute_domain
         mrow, r_col, _, otp_col = rows.T
-        ctx = np.array(self.ctx_rows)[mrow]
-        keys = (ctx * 2 + otp_col) * len(rc_domain) + r_col
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        ids = np.array([pr.block_id(int(k // (2 * len(rc_domain))), bool((k // len(rc_domain)) % 2),
-                                    rc_domain[int(k % len(rc_domain))]) for k in uniq])
-        table = np.stack([pr._block_rows[i] for i in ids])[inverse.reshape(-1)]     # rows x blocks x fields
-        tp_r = self.tp[self.s_rows[mrow]].astype(float)
-        otp_r = otp_col.astype(bool)
+        table = pr.blocks(self.block_codes(rows))     # rows x blocks x fields
+        tp_r: Any = self.tp[self.s_rows[mrow]].astype(float)
+        otp_r: Any = otp_col.astype(bool)
+        one = len(rows) == 1          # a batch of one (predict): its floats, the same arithmetic
+        if one:
+            tp_r, otp_r, blocks = float(tp_r[0]), bool(otp_r[0]), table[0].tolist()
         out = []
         for cls in self.classes:
             counts = (float(cls.is_first), float(cls.n_dense), float(cls.n_moe), float(cls.is_last))
-            sums: Any = 0.0
+            sums: Any = 0.0 if not one else [0.0] * len(_FIELDS)
             for b, n in enumerate(counts):
                 if n:
-                    sums = sums + n * table[:, b, :]
-            if not isinstance(sums, np.ndarray):
+                    sums = sums + n * table[:, b, :] if not one else [x + n * y for x, y in zip(sums, blocks[b])]
+            if not one and not isinstance(sums, np.ndarray):
                 sums = np.zeros((len(rows), len(_FIELDS)))
 
-            def total(name: str, sums=sums) -> np.ndarray:
-                return sums[:, _F[name]]
+            def total(name: str, sums=sums) -> Any:
+                return sums[_F[name]] if one else sums[:, _F[name]]
 
             st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
                            ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"))
@@ -682,7 +854,7 @@ class _Layout:
         p2p_pl = place_group(2, pr.plans.num_gpus // pp, pr.plans.cluster.gpus_per_node)
         ctxs = pr._contexts
         msg = np.array([pipeline_message_bytes(ctxs[c], pr.model) for c in self.ctx_rows], dtype=float)[mrow]
-        t_p2p = pr.network.time_many("send_recv", msg, [p2p_pl], np.zeros(len(mrow), dtype=int))
+        t_p2p = _ring_times(pr.network, "send_recv", msg, [p2p_pl], np.zeros(len(mrow), dtype=int))
         return 2 * self.vpp * t_p2p
 
     def _data_parallel(self, srow: np.ndarray, z_col: np.ndarray):
@@ -718,20 +890,34 @@ class _Layout:
             sel = z_col == z
             if not sel.any():
                 continue
+            # priced per structure (rows of one structure and ZeRO stage move the same bytes)
             sr = srow[sel]
+            if sr.size > 1:
+                sr, inv = np.unique(sr, return_inverse=True)
+                inv = inv.reshape(-1)
+            else:
+                inv = np.zeros(1, dtype=np.int64)
+            if sr.size == 1:   # one structure (predict): its numbers as floats, the same arithmetic
+                s0 = int(sr[0])
+
+                def take(a: np.ndarray) -> Any:
+                    return a[s0].item()
+            else:
+                def take(a: np.ndarray) -> Any:
+                    return a[sr]
             for k in k_range:
                 cls = self.classes[k]
-                groups = ((self.dense[k][sr], dp_pl, dp_idx[sr], units[k]),
-                          (self.expert[k][sr], edp_pl, edp_idx[sr], max(1, cls.n_moe)))
+                groups = ((take(self.dense[k]), dp_pl, take(dp_idx), units[k]),
+                          (take(self.expert[k]), edp_pl, take(edp_idx), max(1, cls.n_moe)))
                 acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp_ag": 0.0, "fsdp_rs": 0.0}
                 for nparams, pls, idx, n_units in groups:
                     for name, kind, _phase, per_mb, elem in dp_collectives(
                             z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
                         nbytes = nparams * (gb if elem == "grad" else pb)
                         if z >= 3:   # one collective per unit
-                            t = n_units * pr.network.time_many(kind, nbytes / n_units, pls, idx)
+                            t = n_units * _ring_times(pr.network, kind, nbytes / n_units, pls, idx)
                         else:
-                            t = pr.network.time_many(kind, nbytes, pls, idx)
+                            t = _ring_times(pr.network, kind, nbytes, pls, idx)
                         if per_mb:
                             if name.endswith(".bwd"):
                                 continue          # the backward's re-gather: the same as the forward's
@@ -739,12 +925,13 @@ class _Layout:
                         else:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
-                _, adam = optimizer_traffic(self.dense[k][sr], self.expert[k][sr], self.dp_cp[sr], self.edp[sr], z, pb)
-                sync[k][sel] = acc["dp_sync"]
-                gather[k][sel] = acc["param_gather"]
-                fsdp_ag[k][sel] = acc["fsdp_ag"]
-                fsdp_rs[k][sel] = acc["fsdp_rs"]
-                opt[k][sel] = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
+                _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
+                                            take(self.edp), z, pb)
+                sync[k][sel] = _rows_of(acc["dp_sync"], inv)
+                gather[k][sel] = _rows_of(acc["param_gather"], inv)
+                fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
+                fsdp_rs[k][sel] = _rows_of(acc["fsdp_rs"], inv)
+                opt[k][sel] = _rows_of(pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS), inv)
         fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k]) for k in k_range]
         return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
@@ -753,9 +940,18 @@ def _shape_key(plans: PlanSet) -> tuple:
     """What a BatchPricer's priced shape classes depend on: the job, and the plan fields of the job
     (kernel, dispatcher, routing, ...) it holds fixed; not the searched options, GPU count or batch."""
     c = plans.cluster
-    net = c.model_dump(exclude={"name", "source", "num_nodes"})
+    hit = _NETS.get(id(c))
+    if hit is None or hit[0] is not c:
+        if len(_NETS) >= _PRICERS_KEPT:
+            _NETS.pop(next(iter(_NETS)))
+        hit = _NETS[id(c)] = (c, repr(c.model_dump(exclude={"name", "source", "num_nodes"})))
     job_fields = tuple(sorted((k, v) for k, v in plans.fixed.items() if k in _JOB_FIELDS))
-    return (plans.model, plans.seq_len, plans.precision, plans.framework, job_fields, repr(net))
+    return (plans.model, plans.seq_len, plans.precision, plans.framework, job_fields, hit[1])
+
+
+# what _shape_key reads of a cluster (its network), by cluster identity: specs are frozen, and the
+# dump costs more than the rest of a repeated predict's bookkeeping
+_NETS: dict[int, tuple[ClusterSpec, str]] = {}
 
 
 class _RowDecoder:
@@ -767,6 +963,27 @@ class _RowDecoder:
     def __getitem__(self, i: int) -> tuple[int, bool, int, int, bool]:
         mr, r, z, otp = (int(x) for x in self.rows[i])
         return int(self.s_rows[mr]), self.sp_rows[mr], r, z, bool(otp)
+
+
+def _one(x: Any) -> Any:
+    """The value of a one-element array as a Python number (int, float or bool); anything else as it is."""
+    return x.item() if isinstance(x, np.ndarray) and x.size == 1 else x
+
+
+def _rows_of(v: Any, index: np.ndarray) -> Any:
+    """Per-structure figures ``v`` (an array, or one value for all) at the rows ``index``."""
+    return v[index] if isinstance(v, np.ndarray) and v.ndim else v
+
+
+def _ring_times(network: NetworkPricer, kind: str, nbytes: Any, placements: list[GroupPlacement],
+                index: Any) -> Any:
+    """``network.time_many``; for a handful of collectives (predict's batch of one) one ``time`` call
+    each, which prices them alike (element by element the same arithmetic) without building arrays."""
+    if not isinstance(nbytes, np.ndarray):    # one (a float, ``index`` an int)
+        return network.time(kind, float(nbytes), placements[index])
+    if len(nbytes) > 2:
+        return network.time_many(kind, nbytes, placements, index)
+    return np.array([network.time(kind, float(b), placements[i]) for b, i in zip(nbytes, index)], dtype=float)
 
 
 def _placements(groups: list[tuple[int, int]], gpus_per_node: int) -> tuple[list[GroupPlacement], np.ndarray]:
@@ -830,7 +1047,8 @@ def _price_one(plans: PlanSet, s: Structure, profile: HardwareProfile | None, ev
 
 
 def _at_stage(st: StageTime, stage: int) -> StageTime:
-    out = copy.copy(st)
+    out = StageTime.__new__(StageTime)     # a shallow copy (copy.copy costs more than the rest of it)
+    out.__dict__.update(st.__dict__)
     out.stage = stage
     return out
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer, host_idle
@@ -117,6 +119,59 @@ class Pricer:
         return t * op.extra.get("load_factor", 1.0) if op.extra else t
 
 
+class _ManyCompute:
+    """The compute side of a ManyPricer: ComputePricer.times with each shape class's chunks."""
+
+    def __init__(self, compute: ComputePricer, tp_overlap_chunks, attention_chunks):
+        self.base, self.tp_overlap_chunks, self.attention_chunks = compute, tp_overlap_chunks, attention_chunks
+        self.host_time = compute.host_time
+
+    def time(self, op: Op):
+        return self.base.times(op, self.tp_overlap_chunks, self.attention_chunks)
+
+
+class ManyPricer:
+    """What a ``Pricer`` of each of many shape classes gives, at once: prices the ops built from
+    stacked contexts (``workload.transformer.stack_contexts``: sizes as arrays, one element per shape
+    class) element by element with the same arithmetic. ``tp_overlap_chunks``, ``attention_chunks``:
+    per element; ``groups``: per process group name, the distinct placements and each element's index
+    into them."""
+
+    def __init__(self, compute: ComputePricer, network: NetworkPricer, tp_overlap_chunks, attention_chunks,
+                 groups: dict[str, tuple[list, np.ndarray]], n: int):
+        self.compute = _ManyCompute(compute, tp_overlap_chunks, attention_chunks)
+        self.network, self.groups, self.n = network, groups, n
+        self._scalar: dict[tuple, float] = {}
+
+    def time(self, op: Op):
+        t = self._comm_times(op) if op.is_comm else self.compute.time(op)
+        return t * op.extra.get("load_factor", 1.0) if op.extra else t
+
+    def _comm_times(self, op: Op) -> np.ndarray:
+        pls, idx = self.groups[op.group]
+        kind = op.collective
+        nbytes = np.broadcast_to(np.asarray(op.comm_bytes, dtype=float), (self.n,))
+        dedup = op.extra.get("node_dedup") if op.extra else None
+        out = np.zeros(self.n)
+        # groups of one rank cost nothing; an all-to-all across nodes has its own formula (time())
+        ring = [j for j, pl in enumerate(pls) if pl.size > 1 and not (kind == "all_to_all" and pl.nodes > 1)]
+        if ring:
+            remap = np.full(len(pls), -1)
+            remap[ring] = np.arange(len(ring))
+            sel = remap[idx] >= 0
+            if sel.any():
+                out[sel] = self.network.time_many(kind, nbytes[sel], [pls[j] for j in ring], remap[idx[sel]])
+        for j, pl in enumerate(pls):
+            if pl.size > 1 and kind == "all_to_all" and pl.nodes > 1:
+                for r in np.flatnonzero(idx == j):
+                    key = (kind, float(nbytes[r]), pl, dedup)
+                    t = self._scalar.get(key)
+                    if t is None:
+                        t = self._scalar[key] = self.network.time(kind, float(nbytes[r]), pl, dedup)
+                    out[r] = t
+        return out
+
+
 def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[float, float]:
     """Add the priced ``(op, repeat)`` pairs of one phase to ``st``: compute to fwd/bwd/recompute,
     exposed TP and MoE communication to tp_s/ep_s. Returns (CP ring time, the compute-stream time that
@@ -140,7 +195,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
             st.moe_imbalance_s += extra
-            t -= extra
+            t = t - extra       # not in place: the stream holds t (an array when many classes are priced)
         if comm:
             if op.group == "tp":
                 if op.overlappable:

@@ -223,6 +223,26 @@ def pipeline_message_bytes(ctx: LayerContext, model: ModelSpec) -> float:
 
 
 def build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = None) -> WorkloadGraph:
+    """The workload graph of ``job`` (under ``framework``, default the job's). Jobs are frozen, so the
+    graph of a job object built recently is returned again (predict_job called on one job in a loop)."""
+    if framework is None:
+        hit = _GRAPHS.get(id(job))
+        if hit is not None and hit[0] is job:
+            return hit[1]
+    graph = _build_graph(job, framework)
+    if framework is None:
+        if len(_GRAPHS) >= _GRAPHS_KEPT:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        _GRAPHS[id(job)] = (job, graph)     # the job held: its id is not reused while it is here
+    return graph
+
+
+# graphs of the jobs last built, by job identity (a TrainingJob holds dicts: it does not hash)
+_GRAPHS: dict[int, tuple[TrainingJob, "WorkloadGraph"]] = {}
+_GRAPHS_KEPT = 32
+
+
+def _build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = None) -> WorkloadGraph:
     fw = get_framework(framework or job.framework) if not isinstance(framework, FrameworkProfile) else framework
     fw = for_plan(fw, job.plan)
     model, plan = job.model, resolve_overlaps(job.plan, fw, job.cluster.gpus_per_node)

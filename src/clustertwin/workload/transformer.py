@@ -11,9 +11,13 @@ FlashAttention's backward does 2.5x the forward FLOPs (5 GEMMs against 2; Dao 20
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
+from typing import Any, Sequence
 
+import numpy as np
+
+from ..arith import maximum
 from ..constants import value
 from .ops import Op, OpKind, Phase, is_score_gemm
 
@@ -73,14 +77,67 @@ class LayerContext:
     @property
     def norm_rows(self) -> int:
         """Rows a norm/residual kernel touches: 1/tp of the tokens with sequence parallelism."""
-        return self.tokens // self.tp if self.sp and self.tp > 1 else self.tokens
+        return self.tokens // self.tp if self.sp else self.tokens   # sp holds only with tp > 1 (tokens // 1 else)
+
+
+# ---- many shape classes at once -------------------------------------------------------------------
+# The builders below run on one context (ints) or on a stack of contexts (``stack_contexts``: the
+# fields that differ held as numpy arrays, one value per context), with the same arithmetic element
+# by element, so that a search builds the ops of thousands of shape classes in one call. The fields
+# that may differ within a stack are numbers only; every branch the builders take on one of them is a
+# predicate of ``stack_key``, so the contexts of one stack take the same branches (``_all`` checks).
+STACKED_FIELDS = ("micro_batch", "tokens", "heads", "kv_heads", "ffn", "tp", "cp", "experts_local", "ep",
+                  "expert_ffn", "shared_ffn", "moe_load_factor", "etp")
+_CONTEXT_FIELDS = tuple(f.name for f in fields(LayerContext))
+
+
+def stack_key(c: LayerContext, *, heads: bool = False) -> tuple:
+    """What contexts stacked together must share: every field but the numbers of ``STACKED_FIELDS``,
+    and the branches the builders take on those numbers; ``heads``: the head counts too (op-level
+    selective recomputation's shares depend on them)."""
+    same = tuple(getattr(c, f) for f in _CONTEXT_FIELDS if f not in STACKED_FIELDS)
+    return (*same, c.tp == 1, c.cp == 1, c.ep > 1, c.shared_ffn > 0, c.moe_load_factor == 1.0,
+            *((c.tp, c.heads, c.kv_heads) if heads else ()))
+
+
+def stack_contexts(cs: Sequence[LayerContext]) -> LayerContext:
+    """One context standing for ``cs`` (of one ``stack_key``): a field equal in all of them keeps its
+    value, one that differs becomes a numpy array of theirs. Not hashable: build its ops with the
+    builders' ``__wrapped__`` (``layer_ops.__wrapped__``)."""
+    values: dict[str, Any] = {}
+    for f in _CONTEXT_FIELDS:
+        col = [getattr(c, f) for c in cs]
+        first = col[0]
+        if all(v == first for v in col):
+            values[f] = first
+        elif f in STACKED_FIELDS:
+            values[f] = np.array(col)
+        else:
+            raise ValueError(f"contexts differ in {f}: stack only contexts of one stack_key")
+    return LayerContext(**values)
+
+
+def _float(x: Any) -> Any:
+    """``float(x)``, element-wise on an array."""
+    return x.astype(float) if isinstance(x, np.ndarray) else float(x)
+
+
+def _all(cond: Any) -> bool:
+    """A branch's condition: a bool, or an array of one value (contexts of one stack_key branch alike)."""
+    if isinstance(cond, np.ndarray):
+        if cond.all():
+            return True
+        if cond.any():
+            raise ValueError("stacked contexts take different branches: stack by stack_key")
+        return False
+    return bool(cond)
 
 
 def gemm(name: str, m: int, n: int, k: int, dtype: str, act_bytes: int, batch: int = 1, phase: Phase = FWD,
          layer: str = "layer") -> Op:
     elem = 1 if dtype == "fp8" else (4 if dtype == "fp32" else 2)
     traffic = batch * ((m * k + k * n) * elem + m * n * act_bytes)
-    return Op(name, OpKind.GEMM, phase, flops=2.0 * batch * m * n * k, bytes=float(traffic),
+    return Op(name, OpKind.GEMM, phase, flops=2.0 * batch * m * n * k, bytes=_float(traffic),
               shape=(batch, m, n, k), dtype=dtype, layer=layer)
 
 
@@ -94,13 +151,13 @@ def gemm_backward(op: Op) -> tuple[Op, Op]:
 
 def elementwise(name: str, nbytes: float, phase: Phase = FWD, layer: str = "layer", flops: float = 0.0,
                 kernels: int = 1) -> Op:
-    return Op(name, OpKind.ELEMENTWISE, phase, flops=flops, bytes=float(nbytes), layer=layer, kernels=kernels)
+    return Op(name, OpKind.ELEMENTWISE, phase, flops=flops, bytes=_float(nbytes), layer=layer, kernels=kernels)
 
 
 def collective(name: str, kind: str, group: str, nbytes: float, phase: Phase, overlappable: bool = False,
                layer: str = "layer") -> Op:
     op_kind = OpKind.P2P if kind == "send_recv" else OpKind.COLLECTIVE
-    return Op(name, op_kind, phase, collective=kind, group=group, comm_bytes=float(nbytes),
+    return Op(name, op_kind, phase, collective=kind, group=group, comm_bytes=_float(nbytes),
               overlappable=overlappable, layer=layer)
 
 
@@ -132,7 +189,7 @@ def _norm(c: LayerContext, name: str, layer: str) -> tuple[Op, Op]:
 def _tp_enter(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op]]:
     """Entering a tensor-parallel region: SP all-gathers the sequence (RS in backward); without SP
     the forward is an identity and the backward all-reduces the input gradient."""
-    if c.tp == 1:
+    if _all(c.tp == 1):
         return [], []
     size = c.tokens * c.hidden * c.act_bytes
     if c.sp:
@@ -145,7 +202,7 @@ def _tp_enter(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op
 
 def _tp_exit(c: LayerContext, name: str, layer: str) -> tuple[list[Op], list[Op]]:
     """Leaving a tensor-parallel region: all-reduce (or reduce-scatter with SP) of the output."""
-    if c.tp == 1:
+    if _all(c.tp == 1):
         return [], []
     size = c.tokens * c.hidden * c.act_bytes
     if c.sp:
@@ -185,8 +242,8 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
         io = c.tokens * (a * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim) + a * c.v_head_dim) * 2
         shape = (b, a, s_q, s_kv, c.qk_head_dim, c.v_head_dim)
         name = "attn." + c.attention_kernel
-        kernel = Op(name, OpKind.ATTENTION, FWD, flops=flops, bytes=float(io), shape=shape, layer=layer)
-        kernel_bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=_ATTN_BWD_FLOPS * flops, bytes=float(2 * io),
+        kernel = Op(name, OpKind.ATTENTION, FWD, flops=flops, bytes=_float(io), shape=shape, layer=layer)
+        kernel_bwd = Op(name + ".bwd", OpKind.ATTENTION, BWD, flops=_ATTN_BWD_FLOPS * flops, bytes=_float(2 * io),
                         shape=shape, layer=layer)
         return [kernel], [kernel_bwd], [kernel]
     scores = b * a * s_q * s_kv
@@ -211,7 +268,7 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
 def _cp_exchange(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     """Ring attention (context parallelism): cp-1 steps passing this rank's K/V chunk around the ring,
     overlapped with the attention of the chunk at hand; backward passes K/V and their gradients."""
-    if c.cp == 1:
+    if _all(c.cp == 1):
         return [], []
     kv = c.tokens * c.kv_heads * (c.qk_head_dim + c.v_head_dim) * 2
     steps = c.cp - 1
@@ -252,25 +309,25 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     fwd: list[Op] = [router, elementwise("moe.topk", tokens * c.num_experts * 8, FWD, layer),
                      elementwise("moe.permute", routed * c.hidden * 2 * a, FWD, layer)]
     bwd_tail: list[Op] = [*gemm_backward(router), elementwise("moe.permute.bwd", routed * c.hidden * 2 * a, BWD, layer)]
-    if c.ep > 1:
+    if _all(c.ep > 1):
         fwd.append(collective("moe.dispatch", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
-    per_expert = max(1, routed // max(1, c.experts_local))
+    per_expert = maximum(1, routed // maximum(1, c.experts_local))
     e_fwd, e_bwd = _mlp(c, "moe.expert", c.expert_ffn, per_expert, layer, batch=c.experts_local)
     e_fwd, e_bwd = _loaded(e_fwd, c.moe_load_factor), _loaded(e_bwd, c.moe_load_factor)
     fwd += e_fwd
     bwd: list[Op] = []
-    if c.ep > 1:
+    if _all(c.ep > 1):
         fwd.append(collective("moe.combine", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
         bwd.append(collective("moe.combine.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
     fwd.append(elementwise("moe.unpermute", routed * c.hidden * 2 * a, FWD, layer))
     bwd.append(elementwise("moe.unpermute.bwd", routed * c.hidden * 2 * a, BWD, layer))
     bwd += e_bwd
-    if c.ep > 1:
+    if _all(c.ep > 1):
         bwd.append(collective("moe.dispatch.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
     bwd += bwd_tail
     fwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _a2a(op, c) for op in fwd]
     bwd = [op if not op.name.startswith(("moe.dispatch", "moe.combine")) else _a2a(op, c) for op in bwd]
-    if c.shared_ffn:
+    if _all(c.shared_ffn > 0):
         s_fwd, s_bwd = _mlp(c, "moe.shared", c.shared_ffn, c.tokens, layer)
         fwd += s_fwd
         bwd = s_bwd + bwd
@@ -286,7 +343,7 @@ def _a2a(op: Op, c: LayerContext) -> Op:
 
 def _loaded(ops: list[Op], factor: float) -> list[Op]:
     """Ops that the busiest EP rank runs ``factor`` times longer (priced balanced, then scaled)."""
-    if factor == 1.0:
+    if _all(factor == 1.0):
         return ops
     return [replace(op, extra={"load_factor": factor}) for op in ops]
 
@@ -417,14 +474,15 @@ def embedding_ops(c: LayerContext, vocab: int, learned_positions: bool) -> tuple
     """Token (and position) embedding on the first stage: vocab-parallel over tp."""
     a = c.act_bytes
     T = c.tokens
-    fwd = [Op("embedding.lookup", OpKind.EMBEDDING, FWD, bytes=float(T * c.hidden * a * (3 if learned_positions else 2)),
+    fwd = [Op("embedding.lookup", OpKind.EMBEDDING, FWD,
+              bytes=_float(T * c.hidden * a * (3 if learned_positions else 2)),
               layer="embedding", kernels=3 if learned_positions else 1)]
     # backward: embedding_dense_backward sorts the token ids and sums rows into a zeroed (vocab x hidden)
     # gradient, which is then added into the accumulated gradient (read both, write one)
     table = _padded_vocab(c, vocab) * c.hidden * a
-    bwd = [Op("embedding.grad", OpKind.EMBEDDING, BWD, bytes=float(T * c.hidden * (a + 4) * 2 + 4 * table),
+    bwd = [Op("embedding.grad", OpKind.EMBEDDING, BWD, bytes=_float(T * c.hidden * (a + 4) * 2 + 4 * table),
               layer="embedding", kernels=5)]
-    if c.tp > 1:
+    if _all(c.tp > 1):
         size = T * c.hidden * a
         kind = "reduce_scatter" if c.sp else "all_reduce"
         fwd.append(collective("embedding.tp", kind, "tp", size, FWD, layer="embedding"))
@@ -458,7 +516,7 @@ def head_ops(c: LayerContext, vocab: int, fused_ce: bool) -> tuple[tuple[Op, ...
     ce_f = elementwise("head.cross_entropy", elems * f_b, FWD, "head", flops=5.0 * elems, kernels=f_k)
     ce_b = elementwise("head.cross_entropy.bwd", elems * b_b, BWD, "head", flops=2.0 * elems, kernels=b_k)
     fwd = [n, *e_f, logits, ce_f]
-    if c.tp > 1:
+    if _all(c.tp > 1):
         fwd.append(collective("head.ce_stats", "all_reduce", "tp", c.tokens * 4 * 3, FWD, layer="head"))
     bwd = [ce_b, *gemm_backward(logits), *e_b, nb]
     return tuple(fwd), tuple(bwd)
