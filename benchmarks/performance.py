@@ -80,7 +80,7 @@ def _search(model: str, **kw) -> float:
 
 
 def moe_search() -> float:
-    return _search("deepseek-v3", cluster="deepseek-v3-h800")
+    return _search("deepseek-v3", cluster="deepseek-v3-h800", global_batch=512, seq_len=4096)   # the CLI's defaults
 
 
 def dense_search() -> float:
