@@ -258,6 +258,11 @@ def _cmd(args: list[str]) -> str:
 
 
 def run() -> None:  # pragma: no cover - console script shim
+    import os
+    # OpenBLAS (under numpy) starts a thread per core when numpy is imported, which costs more start-up
+    # time than any command gains: the BLAS calls of the package (calibrate's small solves) are tiny.
+    # A value the user set wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         code = main()
         sys.stdout.flush()
