@@ -196,9 +196,9 @@ _registered: set[str] = set()
 
 def _register_subcommands(command: str = "") -> None:
     """Register the subpackages' commands: only the one ``command`` needs when it is known."""
-    import importlib
     if command in _BUILTIN_COMMANDS:
         return
+    import importlib
     owners = [m for m in _SUBCOMMAND_MODULES if command and command in _COMMANDS_OF.get(m, ())]
     for name in owners or _SUBCOMMAND_MODULES:
         if name not in _registered:
@@ -214,8 +214,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the app, turning every user error into one line and exit code 2."""
     args = list(sys.argv[1:] if argv is None else argv)
     _state["debug"] = "--debug" in args
+    command = _cmd(args)
+    registered = app.registered_commands
     try:
-        _register_subcommands(_cmd(args))
+        _register_subcommands(command)
+        if command in _BUILTIN_COMMANDS:   # typer builds a click command of each one registered: only this one
+            app.registered_commands = [c for c in registered if _command_name(c) == command]
         app(args=args, prog_name="clustertwin", standalone_mode=False)
         return 0
     except ClusterTwinError as e:
@@ -248,6 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into a command that stopped reading (e.g. head)
         _silence_stdout()
         return 0
+    finally:
+        app.registered_commands = registered
+
+
+def _command_name(info) -> str:
+    """The name typer gives a registered command (its own, or the function's with '-' for '_')."""
+    return info.name or info.callback.__name__.lower().replace("_", "-")
 
 
 def _cmd(args: list[str]) -> str:
@@ -263,6 +274,9 @@ def run() -> None:  # pragma: no cover - console script shim
     # time than any command gains: the BLAS calls of the package (calibrate's small solves) are tiny.
     # A value the user set wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    # pydantic looks for plugins in every installed distribution's entry points when it builds the
+    # first model; the command line has no use for them (set PYDANTIC_DISABLE_PLUGINS= to keep them).
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     try:
         code = main()
         sys.stdout.flush()
