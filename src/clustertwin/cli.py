@@ -204,7 +204,7 @@ _registered: set[str] = set()
 
 def _register_subcommands(command: str = "") -> None:
     """Register the subpackages' commands: only the one ``command`` needs when it is known."""
-    if command in _BUILTIN_COMMANDS:
+    if command in _BUILTIN_COMMANDS or command == "--version":
         return
     import importlib
     owners = [m for m in _SUBCOMMAND_MODULES if command and command in _COMMANDS_OF.get(m, ())]
@@ -243,7 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     command = _cmd(args)
     registered = app.registered_commands
     try:
-        _load_command(command)
+        version_only = not command and "--version" in args and "--help" not in args
+        _load_command("--version" if version_only else command)   # --version needs no command registered
         if command in _BUILTIN_COMMANDS:   # typer builds a click command of each one registered: only this one
             app.registered_commands = [c for c in registered if _command_name(c) == command]
         app(args=args, prog_name="clustertwin", standalone_mode=False)
