@@ -9,7 +9,6 @@ config.json for models).
 """
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from functools import lru_cache
@@ -119,6 +118,7 @@ def resolve_preset(kind: str, name: str, field: str) -> Path:
     for key in (normalize(name), _squash(name)):
         if key in index:
             return index[key]
+    import difflib   # a misspelt name only
     close = difflib.get_close_matches(normalize(name), preset_names(kind), n=3, cutoff=0.5)
     hint = f"did you mean {', '.join(close)}?" if close else f"see `clustertwin list {kind}`"
     raise SpecError(field, f"unknown {kind[:-1]} {name!r}", hint + " (or give a YAML/JSON file)")
@@ -159,6 +159,7 @@ def _precheck(cls: type, data: dict, prefix: str, problems: list[Problem]) -> di
     for key, v in data.items():
         path = f"{prefix}.{key}"
         if key not in fields:
+            import difflib   # an unknown field only
             close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.6)
             problems.append((path, "unknown field", f"did you mean {close[0]}?" if close else "remove it"))
             continue
