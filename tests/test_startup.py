@@ -83,3 +83,27 @@ def test_the_api_names_load_on_first_use_and_stay_functions() -> None:
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_the_shipped_parsed_yaml_is_current_and_exact() -> None:
+    """catalog/parsed.json holds every YAML file of the package parsed, so that a prediction imports
+    no PyYAML; it must match the files (regenerate: python -c "from clustertwin.catalog import
+    write_parsed; write_parsed()"; benchmarks/cv_table.py --write does it too)."""
+    import yaml
+
+    from clustertwin import catalog
+    assert catalog.PARSED_PATH.read_text(encoding="utf-8") == catalog.parsed_text(), \
+        "catalog/parsed.json is stale: python -c \"from clustertwin.catalog import write_parsed; write_parsed()\""
+    for path in catalog._yaml_files():
+        text = path.read_text(encoding="utf-8")
+        assert catalog._same(catalog.load_yaml(text), yaml.safe_load(text)), path
+    edited = (catalog.CATALOG_DIR / "gpus" / "h100-sxm.yaml").read_text(encoding="utf-8") + "extra: 1\n"
+    assert catalog.load_yaml(edited)["extra"] == 1     # text not shipped: parsed, not looked up
+    first, second = catalog.load_yaml(text), catalog.load_yaml(text)
+    assert first == second and first is not second     # each call gets its own data, as a parse does
+
+
+def test_predict_reads_no_yaml_parser() -> None:
+    res = _modules("predict")
+    assert "yaml" not in {m.split(".")[0] for m in res["after"]}, \
+        "catalog/parsed.json is stale: python -c \"from clustertwin.catalog import write_parsed; write_parsed()\""
