@@ -4,6 +4,9 @@ Names are forgiving: case, '_', ' ' and '.' versus '-' do not matter, and each p
 aliases. Anywhere a name is accepted, a path to a file works too (our YAML/JSON, or a Hugging Face
 config.json for models).
 
+The presets also ship parsed (``parsed.json``, see ``load_yaml``): after adding or editing one, run
+``python -c "from clustertwin.catalog import write_parsed; write_parsed()"``.
+
 >>> load_gpu("h100").name
 'h100-sxm'
 """
