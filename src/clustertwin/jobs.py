@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from .catalog import cluster_for_gpu, load_cluster, load_model
 from .errors import PlanError, SpecError
-from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob, make_job, parse_plan
-from .specs.job import DEFAULT_TOKENS_PER_STEP, default_global_batch
+
+if TYPE_CHECKING:
+    from .specs import ClusterSpec, ModelSpec, Plan, TrainingJob
+    from .specs.job import DEFAULT_TOKENS_PER_STEP, default_global_batch
+
+# The catalog and the specs (pydantic, numpy) are imported where a job is built, not here: the command
+# line imports this module to declare its options, before it knows which command runs.
 
 DEFAULT_MODEL = "llama3-8b"
 DEFAULT_GPU = "h100-sxm"
@@ -107,6 +111,7 @@ class SearchInputs:
 def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
                     cluster: str | Path | ClusterSpec | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
     """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count."""
+    from .catalog import cluster_for_gpu, load_cluster
     if cluster is not None:
         c = load_cluster(cluster)
         if gpu is not None:   # the cluster names its GPU: a --gpu beside it must be the same one
@@ -124,6 +129,7 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
 
 
 def _plan(plan: str | Plan | None, micro_batch: int | None, global_batch: int | None, precision: str | None) -> Plan:
+    from .specs import Plan, parse_plan
     overrides = {"micro_batch": micro_batch, "global_batch": global_batch, "precision": precision}
     if isinstance(plan, Plan):
         return plan.model_copy(update={k: v for k, v in overrides.items() if v is not None})
@@ -143,6 +149,8 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
                       framework: str = DEFAULT_FRAMEWORK, tokens: float | None = None) -> TrainingJob:
     """A checked TrainingJob from exactly what is given (no default job): the model's sequence length
     (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out."""
+    from .catalog import load_model
+    from .specs import make_job
     m = load_model(model)
     c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
     p = _plan(plan, micro_batch, global_batch, precision)
@@ -160,6 +168,8 @@ def search_inputs(options: JobOptions) -> SearchInputs:
     held fixed and the rest searched; the global batch is DEFAULT_TOKENS_PER_STEP tokens (256 sequences
     at 8,192; ``default_global_batch``) unless given, in ``global_batch`` or in the plan. Checked as make_training_job checks, in the same order (model,
     cluster, plan, framework), so a mistake reads the same in every command."""
+    from .catalog import load_model
+    from .specs.job import default_global_batch
     o = replace(options, model=DEFAULT_MODEL) if options.model is None else options
     m = load_model(o.model)  # type: ignore[arg-type]
     c = resolve_cluster(o.gpu, o.num_gpus, o.cluster, o.gpus_per_node)
@@ -185,6 +195,13 @@ def search_inputs(options: JobOptions) -> SearchInputs:
 def default_job() -> TrainingJob:
     """The built-in default job (what every command describes when given no job options)."""
     return job_from_options(JobOptions())
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("DEFAULT_TOKENS_PER_STEP", "default_global_batch"):   # re-exported from specs.job, on first use
+        from .specs import job
+        return getattr(job, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["JobOptions", "SearchInputs", "job_from_options", "search_inputs", "make_training_job", "resolve_cluster",

@@ -19,11 +19,21 @@ import numpy as np
 
 from ..cost.profile import architecture_of
 from ..specs.framework import get_framework
-from .runs import scale_bucket
 
 BANDS_PATH = Path(__file__).resolve().parent / "error_bands.yaml"
 MIN_RUNS = 3
 PERCENTILES = (10, 90)
+
+
+def scale_bucket(num_gpus: int) -> str:
+    """The scale class of a job for error bands: one node, up to 256 GPUs, up to 2,048, beyond."""
+    if num_gpus <= 8:
+        return "<=8"
+    if num_gpus <= 256:
+        return "9-256"
+    if num_gpus <= 2048:
+        return "257-2048"
+    return ">2048"
 
 
 def run_class(framework: str, gpu, num_gpus: int) -> tuple[str, str, str]:

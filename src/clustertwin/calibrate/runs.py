@@ -55,6 +55,7 @@ from ..schedule.batch import price_plan
 from ..specs import TrainingJob
 from ..specs.framework import get_framework
 from ..workload.graph import build_graph
+from .bands import scale_bucket  # noqa: F401 (defined beside the bands it buckets; a prediction needs only that)
 
 MAX_PARAMS = 12
 MIN_ROWS = 2                  # a parameter needs this many sensitive rows to be fitted
@@ -84,17 +85,6 @@ def source_group(source: str) -> str:
     E.g. "Narayanan et al. SC21 (Megatron-LM), Table 1" -> "Narayanan et al. SC21"."""
     head = re.split(r"[,(:;]", source or "", maxsplit=1)[0].strip()
     return head or "(no source)"
-
-
-def scale_bucket(num_gpus: int) -> str:
-    """The scale class of a job for error bands: one node, up to 256 GPUs, up to 2,048, beyond."""
-    if num_gpus <= 8:
-        return "<=8"
-    if num_gpus <= 256:
-        return "9-256"
-    if num_gpus <= 2048:
-        return "257-2048"
-    return ">2048"
 
 
 @dataclass

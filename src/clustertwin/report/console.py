@@ -13,12 +13,12 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from ..predict import Prediction
-from ..specs import ClusterSpec, ModelSpec
 from ..units import format_duration, format_si
-from ..validate.compare import CrossValidation, ValidationReport
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:   # annotations only: a command imports what it renders, nothing more
+    from ..predict import Prediction
+    from ..specs import ClusterSpec, ModelSpec
+    from ..validate.compare import CrossValidation, ValidationReport
     from ..reliability.goodput import GoodputEstimate
     from ..compare import Comparison
     from ..search.tuner import SearchResult
