@@ -155,9 +155,9 @@ def serving_validation_tables(rep) -> list:
     fam = [(f, f"{100 * rep.mape(f):.1f}%" if rep.mape(f) == rep.mape(f) else "-",
             str(sum(1 for r in rep.ok_rows if (r.metric in _THROUGHPUT) == (f == "throughput"))))
            for f in ("throughput", "latency")]
-    out.append(Fit([Col("MAPE", style="bold"), Col("", "right"), Col("rows", "right")], fam,
-                   caption=f"{len(rep.ok_rows)} rows predicted, {len(rep.failed_rows)} not (reasons above); "
-                           "nothing fitted to them"))
+    out.append(Fit([Col("MAPE", style="bold"), Col("", "right"), Col("rows", "right")], fam))
+    out.append(f"{len(rep.ok_rows)} rows predicted, {len(rep.failed_rows)} not (reasons above); "
+               "nothing fitted to them")   # a line of its own: as a caption it wraps to the narrow table
     return out
 
 
@@ -173,7 +173,11 @@ def validate_serving_files(files: list[Path], *, cv: Optional[str] = None, as_js
         raise DataError("cv", f"unknown grouping {cv!r}", "use --cv source (leave-one-source-out)")
     rows = []
     for f in files:
-        rows += read_serving_runs(f)
+        got = read_serving_runs(f)
+        if not got:
+            raise DataError("file", f"{Path(f).name} has a header but no runs", "add one row per measured metric "
+                            "(columns: data/validation/README.md)")
+        rows += got
     with progress_bar("predicting serving runs", quiet=as_json) as update:
         rep = validate_serving(rows, progress=update)
     if as_json:
