@@ -197,7 +197,7 @@ MISTAKES = [
     ("detection typo", GOODPUT + ["--detection", "heath-check"], ["detection", "health-check"]),
     ("detection without a unit (seconds guessed before)", GOODPUT + ["--detection", "5"], ["detection", "no unit"]),
     ("replace time without a unit (guessed before)", GOODPUT + ["--replace-time", "5"], ["replace_time", "no unit"]),
-    ("negative replace time", GOODPUT + ["--replace-time", "-5s"], ["replace_time"]),
+    ("negative replace time", GOODPUT + ["--replace-time", "-5s"], ["reschedule_s"]),
     ("a Monte Carlo that would eat the machine", GOODPUT + ["--compare-policies", "--monte-carlo", "100000000"],
      ["monte_carlo"]),
 ]

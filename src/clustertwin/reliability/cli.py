@@ -130,10 +130,6 @@ def register(app: typer.Typer) -> None:
         parse_policy(policy)       # an unknown policy or a bad combination: one line before any pricing
         for name, text, example in (("detection", detection, "30s or health-check"), ("replace_time", replace_time, "5min")):
             _no_bare_number(name, text, example)
-        if replace_time is not None:
-            from ..units import parse_quantity
-            if not parse_quantity(replace_time, "duration", "replace_time") >= 0:
-                raise SpecError("replace_time", f"{replace_time!r} is negative", "give a duration, e.g. 5min")
         if detection is not None:
             from .recovery import detection_time_s
             detection_time_s(detection)
