@@ -18,6 +18,21 @@ console = Console()
 SERVE_PLAN_HELP = 'parallel sizes of one replica and the replica count, e.g. "tp=8,pp=1,ep=1,dp=1" [dp: every GPU]'
 
 
+# assumed: the simulator steps every engine iteration in Python; 100,000 requests of a few hundred tokens take
+# tens of seconds on one core, 10 million take hours, and p99 latencies settle within a few thousand requests
+CLI_MAX_REQUESTS = 100_000
+
+
+def _check_num_requests(n: Optional[int], concurrency: Optional[int] = None) -> None:
+    from ..errors import SpecError
+    if n is not None and n > CLI_MAX_REQUESTS:
+        raise SpecError("num_requests", f"{n:,} requests are more than the simulator steps through in minutes",
+                        f"give at most {CLI_MAX_REQUESTS:,}; percentiles settle within a few thousand")
+    if n is None and concurrency is not None and 10 * concurrency > CLI_MAX_REQUESTS:   # run.py's default: 10 x
+        raise SpecError("concurrency", f"{concurrency:,} in flight would simulate {10 * concurrency:,} requests "
+                        "by default", f"give --num-requests (at most {CLI_MAX_REQUESTS:,}) or a lower --concurrency")
+
+
 def _check_seed(seed: int) -> None:
     from ..errors import SpecError
     if seed < 0:
@@ -231,6 +246,7 @@ def register(app: typer.Typer) -> None:
         from ..report.console import print_all
         from .run import ServeRequest, predict_serving
         _check_seed(seed)
+        _check_num_requests(num_requests, concurrency)
         _check_length_sources(dataset_file, dataset, input_len, output_len)
         q = ServeRequest(model=model or "llama3-8b", gpu=gpu, num_gpus=num_gpus, cluster=cluster,
                          gpus_per_node=gpus_per_node, plan=plan, engine=engine, precision=precision,
@@ -283,6 +299,7 @@ def register(app: typer.Typer) -> None:
         gpu_list = tuple(g.strip() for g in gpus.split(",") if g.strip())
         prices = parse_prices(gpu_hour_price)
         _check_search_inputs(slo, gpu_list, prices, num_requests)
+        _check_num_requests(num_requests)
         _check_length_sources(dataset_file, None, input_len, output_len)
         _check_seed(seed)
         targets = parse_slo(slo)
