@@ -105,6 +105,7 @@ MISTAKES = [
     ("closed and open loop at once", SERVE + ["--concurrency", "4", "--request-rate", "3"], ["concurrency"]),
     ("disaggregation that does not sum", SERVE + ["--disaggregate", "1:0"], ["disaggregate"]),
     ("serving plan typo", SERVE + ["--plan", "tq=2"], ["plan", "tq"]),
+    ("a plan size given twice (the last won before)", SERVE + ["--plan", "tp=2,tp=4"], ["plan.tp", "twice"]),
     ("dataset typo", SERVE + ["--dataset", "sharegp"], ["dataset", "sharegpt"]),
     ("unwritable --html (traceback before)", SERVE + ["--html", "{DIR}/no/such/dir/x.html"], ["html", "cannot write"]),
     ("a directory as --dataset-file (traceback before)", SERVE + ["--dataset-file", "{DIR}"],
