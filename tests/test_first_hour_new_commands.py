@@ -52,6 +52,11 @@ def refused(code: int, err: str, *words: str) -> str:
     return line
 
 
+def _binary(p: Path) -> Path:
+    p.write_bytes(b"\xff\xfe\x00\x81")
+    return p
+
+
 def _files(tmp: Path) -> dict[str, Path]:
     """The files the mistakes are made in."""
     def w(name: str, text: str) -> Path:
@@ -77,6 +82,7 @@ def _files(tmp: Path) -> dict[str, Path]:
         "NULL_JSONL": w("null.jsonl", '{"input_len": 10, "output_len": null}\n'),
         "HEADER_ONLY": w("header.csv", header),
         "FILE": w("file.txt", "not a directory\n"),
+        "BINARY": _binary(tmp / "binary.csv"),
         "EMPTY": w("empty.yaml", ""),
         "BAD_YAML": w("bad.yaml", "jobs: [\n"),
         "DUP_JOBS": w("dup.yaml", "jobs:\n  - {name: a, model: llama3-8b, num_gpus: 32}\n"
@@ -141,6 +147,8 @@ MISTAKES = [
     # validate on serving runs
     ("a serving CSV with a header and no rows (empty table, exit 0 before)", ["validate", "{HEADER_ONLY}"],
      ["file", "no runs"]),
+    ("a directory to validate (traceback before)", ["validate", "{DIR}"], ["file", "directory"]),
+    ("a binary file to validate", ["validate", "{BINARY}"], ["file", "UTF-8"]),
     ("unknown --cv grouping", ["validate", str(SERVING_CSV), "--cv", "sorce"], ["cv", "source"]),
     # collective
     ("collective size typo", COLL[:2] + ["al_reduce", "--bytes", "1GiB"], ["op", "all_reduce"]),
