@@ -248,6 +248,8 @@ def register(app: typer.Typer) -> None:
         _check_seed(seed)
         _check_num_requests(num_requests, concurrency)
         _check_length_sources(dataset_file, dataset, input_len, output_len)
+        if html is not None and (html.is_dir() or not html.resolve().parent.is_dir()):   # before minutes of pricing
+            _write_page(html, "")
         q = ServeRequest(model=model or "llama3-8b", gpu=gpu, num_gpus=num_gpus, cluster=cluster,
                          gpus_per_node=gpus_per_node, plan=plan, engine=engine, precision=precision,
                          kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
