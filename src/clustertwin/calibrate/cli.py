@@ -45,6 +45,13 @@ def calibrate(files: Optional[list[Path]] = typer.Argument(None, help="with --fr
         from ..errors import DataError
         if not files:
             raise DataError("from-trace", "no trace given", "use `clustertwin calibrate --from-trace TRACE.json.gz ...`")
+        if from_runs or quick or raw is not None:
+            flag = "--from-runs" if from_runs else "--quick" if quick else "--raw"
+            raise DataError("from-trace", f"given with {flag}, which only measuring a GPU (or fitting runs) uses",
+                            f"drop {flag} (or --from-trace)")
+        if out is not None and (out.is_dir() or not out.resolve().parent.is_dir()):
+            raise DataError("out", f"cannot write {str(out)!r} (a directory, or in a directory that does not exist)",
+                            "give a file in a directory that exists, e.g. --out profile.yaml")
         from .from_trace import calibrate_from_trace
         calibrate_from_trace(files, out, gpu, as_json)
         return

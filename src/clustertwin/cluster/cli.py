@@ -19,6 +19,9 @@ def _size(b: float) -> str:
     return f"{b:g} B"
 
 
+MAX_MESSAGE_BYTES = 1 << 40   # assumed: 1 TiB, several times the largest GPU memory (B300: 288 GB), so only nonsense is refused
+
+
 def register(app: typer.Typer) -> None:
     from .. import cli as base
     register_place(app)
@@ -48,6 +51,10 @@ def register(app: typer.Typer) -> None:
         if (size is None) == (sweep_sizes is None):
             raise SpecError("bytes", "give one of --bytes and --sweep", 'e.g. --bytes 1GiB or --sweep "1KiB:16GiB"')
         sizes = parse_sweep(sweep_sizes) if sweep_sizes is not None else [parse_size(size or "", "bytes")]
+        if max(sizes) > MAX_MESSAGE_BYTES:   # no GPU holds such a buffer: a typo (1e30) or a wrong unit
+            raise SpecError("sweep" if sweep_sizes is not None else "bytes",
+                            f"{_size(max(sizes))} is larger than any GPU's memory",
+                            'give at most 1TiB per rank, e.g. "1GiB"')
         if num_gpus is not None and num_gpus < 2:
             raise SpecError("num_gpus", f"a collective needs at least 2 GPUs, got {num_gpus}", "give --num-gpus 2 or more")
         if num_gpus is None and cluster is None:
@@ -95,6 +102,9 @@ def register_place(app: typer.Typer) -> None:
         from rich.table import Table
         from ..catalog import load_cluster
         from .placement import perfetto, place_jobs, read_jobs
+        if Path(jobs_file).is_dir():
+            from ..errors import DataError
+            raise DataError("jobs", f"{jobs_file!r} is a directory", "give a YAML file with a jobs: list (docs/cluster.md)")
         reqs = read_jobs(jobs_file)
         res = place_jobs(load_cluster(cluster), reqs, policy.strip().lower())
         if trace:

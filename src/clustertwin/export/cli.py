@@ -151,6 +151,18 @@ def sim(job: JobOptions, profile: Optional[Path],
         console.print(f"timeline: {events:,} events in {timeline} (open in https://ui.perfetto.dev)")
 
 
+def _check_ranks_text(text: str) -> None:
+    """What parse_ranks would answer vaguely ("none is not a rank"): an empty list or a reversed range."""
+    import re
+    items = [x.strip() for x in text.replace(";", ",").split(",") if x.strip()]
+    if not items:
+        raise PlanError("ranks", "no rank given", 'give e.g. "0,8,16-23" or "all"')
+    for x in items:
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", x)
+        if m and int(m.group(1)) > int(m.group(2)):
+            raise PlanError("ranks", f"{x!r} runs backwards", f'write "{m.group(2)}-{m.group(1)}"')
+
+
 def trace_expand(directory: Path = typer.Argument(..., help="the directory `trace --format chakra` wrote"),
                  name: str = typer.Option("workload", "--name", help="the file prefix given to trace"),
                  ranks: str = typer.Option("all", "--ranks", help='ranks to write, e.g. "0-7,64" [default: all]'),
@@ -161,10 +173,21 @@ def trace_expand(directory: Path = typer.Argument(..., help="the directory `trac
     from ..errors import DataError
     try:
         world = json.loads((directory / f"{name}.manifest.json").read_text(encoding="utf-8"))["ranks"]
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, TypeError):
         raise DataError("directory", f"no clustertwin Chakra export named {name!r} in {str(directory)!r}",
                         "give the directory and --name that `clustertwin trace --format chakra` wrote") from None
-    dst, files, nbytes = expand(directory, name, parse_ranks(ranks, world), out)
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
+        raise DataError("directory", f"{name}.manifest.json gives {world!r} ranks",
+                        "export again with `clustertwin trace --format chakra --layout compact`")
+    _check_ranks_text(ranks)
+    if out is not None and out.exists() and not out.is_dir():
+        raise DataError("out", f"{str(out)!r} is a file", "give a directory (it is made if missing)")
+    selected = parse_ranks(ranks, world)
+    try:
+        dst, files, nbytes = expand(directory, name, selected, out)
+    except OSError as e:
+        raise DataError("out", f"cannot write the traces ({e.strerror or e})",
+                        "give a directory that is writable and has room") from None
     if as_json:
         _emit({"schema": 1, "directory": str(dst), "files": files, "bytes_written": nbytes})
         return

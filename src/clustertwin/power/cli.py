@@ -24,6 +24,19 @@ def _fraction(text: str, field: str) -> float:
     return v
 
 
+def _check_plannable(gpu, power_cap: Optional[str], clock: Optional[str]) -> None:
+    """The clock plan starts from the clock the cap or lock leaves; below the planner's lowest clock there
+    is no plan to make (and no clock level to start from)."""
+    from ..cost import power as pw
+    from ..errors import SpecError
+    from .perseus import LOWEST_CLOCK
+    f = pw.clock(gpu, "tensor")
+    if f < LOWEST_CLOCK:
+        flag, what = ("clock", clock) if clock is not None else ("power-cap", power_cap)
+        raise SpecError(flag, f"{what} leaves {gpu.name} at {f:.0%} of its reference clock, below the "
+                        f"{LOWEST_CLOCK:.0%} the energy planner starts from", f"raise --{flag}")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     @job_options(profile=True)
@@ -40,8 +53,11 @@ def register(app: typer.Typer) -> None:
         from ..report.console import energy_tables, print_all
         from .energy import job_with_power, parse_power_flags
         from .perseus import plan_energy
-        pred = predict_job(job_with_power(job_from_options(job), *parse_power_flags(power_cap, clock)), profile)
-        plan = plan_energy(pred, _fraction(max_slowdown, "max-slowdown"))
+        fraction = _fraction(max_slowdown, "max-slowdown")
+        tj = job_with_power(job_from_options(job), *parse_power_flags(power_cap, clock))
+        _check_plannable(tj.cluster.gpu, power_cap, clock)
+        pred = predict_job(tj, profile)
+        plan = plan_energy(pred, fraction)
         if as_json:
             _emit_json(plan.to_json())
             return

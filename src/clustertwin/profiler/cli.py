@@ -47,6 +47,7 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     from ..report.console import Col, Fit, print_all
     from .compare import compare_traces
     from .kineto import read_traces
+    _check_inputs(traces, top)
     tr = read_traces(traces)
     if job.gpu is None and job.cluster is None and trace_gpu(tr[0]):
         job = replace(job, gpu=trace_gpu(tr[0]))
@@ -116,6 +117,15 @@ def compare_trace(job: JobOptions, profile: Optional[Path],
     for n in c.notes:
         out.append(f"note: {n}")
     print_all(con, out)
+
+
+def _check_inputs(traces: List[Path], top: int) -> None:
+    from ..errors import DataError, SpecError
+    if top < 1:
+        raise SpecError("top", f"{top} rows", "give --top 1 or more (default 10)")
+    for t in traces:
+        if t.is_dir():
+            raise DataError("trace", f"{str(t)!r} is a directory", "give the trace files in it, e.g. DIR/*.json.gz")
 
 
 def _write_perfetto(path: Path, traces, job, profile) -> None:

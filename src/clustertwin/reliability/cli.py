@@ -128,6 +128,8 @@ def register(app: typer.Typer) -> None:
             raise SpecError("policy", "--policy and --compare-policies together",
                             "--compare-policies ranks every policy; drop --policy")
         parse_policy(policy)       # an unknown policy or a bad combination: one line before any pricing
+        for name, text, example in (("detection", detection, "30s or health-check"), ("replace_time", replace_time, "5min")):
+            _no_bare_number(name, text, example)
         if detection is not None:
             from .recovery import detection_time_s
             detection_time_s(detection)
@@ -174,6 +176,17 @@ def register(app: typer.Typer) -> None:
             base._emit_json(est.to_json())
             return
         print_all(base.console, goodput_tables(pred, est) + recovery_tables(est))
+
+
+def _no_bare_number(field: str, text: Optional[str], example: str) -> None:
+    """A duration without a unit ("5": seconds? minutes?) is refused rather than guessed."""
+    if text is None:
+        return
+    try:
+        float(text.strip())
+    except ValueError:
+        return
+    raise SpecError(field, f"{text.strip()!r} has no unit", f"give a duration with its unit, e.g. {example}")
 
 
 def _dur(seconds: float) -> str:

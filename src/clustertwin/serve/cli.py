@@ -18,6 +18,74 @@ console = Console()
 SERVE_PLAN_HELP = 'parallel sizes of one replica and the replica count, e.g. "tp=8,pp=1,ep=1,dp=1" [dp: every GPU]'
 
 
+# assumed: the simulator steps every engine iteration in Python; 100,000 requests of a few hundred tokens take
+# tens of seconds on one core, 10 million take hours, and p99 latencies settle within a few thousand requests
+CLI_MAX_REQUESTS = 100_000
+
+
+def _check_num_requests(n: Optional[int], concurrency: Optional[int] = None) -> None:
+    from ..errors import SpecError
+    if n is not None and n > CLI_MAX_REQUESTS:
+        raise SpecError("num_requests", f"{n:,} requests are more than the simulator steps through in minutes",
+                        f"give at most {CLI_MAX_REQUESTS:,}; percentiles settle within a few thousand")
+    if n is None and concurrency is not None and 10 * concurrency > CLI_MAX_REQUESTS:   # run.py's default: 10 x
+        raise SpecError("concurrency", f"{concurrency:,} in flight would simulate {10 * concurrency:,} requests "
+                        "by default", f"give --num-requests (at most {CLI_MAX_REQUESTS:,}) or a lower --concurrency")
+
+
+def _check_seed(seed: int) -> None:
+    from ..errors import SpecError
+    if seed < 0:
+        raise SpecError("seed", f"{seed} is negative", "give 0 or a positive integer, e.g. --seed 0")
+
+
+def _check_search_inputs(slo: str, gpus: tuple, prices: dict, num_requests: int) -> None:
+    """serve-search's own flags, each refused in one line before any configuration is priced."""
+    from ..errors import SpecError
+    from .run import MAX_REQUESTS
+    for part in slo.split(","):
+        key, eq, val = part.partition("=")
+        try:
+            float(val.strip())
+        except ValueError:
+            continue
+        if eq:          # a bare number: seconds or milliseconds? refuse rather than guess
+            raise SpecError(f"slo.{key.strip().lower()}", f"{val.strip()!r} has no unit",
+                            f'write e.g. "{val.strip()}s" or "{val.strip()}ms"')
+    if not gpus:
+        raise SpecError("gpus", "no GPU type given", "give e.g. --gpus h100-sxm,h200")
+    for k, v in prices.items():
+        if not (math.isfinite(v) and v > 0):
+            what = "every GPU" if k == "*" else k
+            raise SpecError("gpu_hour_price", f"{v:g} USD per GPU-hour for {what} is not a price",
+                            'give a positive price, e.g. "2.5" or "h100-sxm=2.5"')
+    if not 1 <= num_requests <= MAX_REQUESTS:
+        raise SpecError("num_requests", f"{num_requests} must lie in 1 .. {MAX_REQUESTS:,}", "give a request count")
+
+
+def _check_length_sources(dataset_file, dataset, input_len, output_len) -> None:
+    """One source of request lengths: a file's rows, a named distribution (whose mean output --output-len
+    may set) or --input-len/--output-len; a second one given alongside would be ignored, so refuse it."""
+    from ..errors import SpecError
+    if dataset_file is not None:
+        for flag, v in (("dataset", dataset), ("input_len", input_len), ("output_len", output_len)):
+            if v is not None:
+                raise SpecError(flag, "given with --dataset-file, whose rows set every request's lengths",
+                                f"drop --{flag.replace('_', '-')} or --dataset-file")
+    elif dataset is not None and input_len is not None:
+        raise SpecError("input_len", f"given with --dataset {dataset}, whose prompt lengths it would not change",
+                        "drop --input-len (--output-len sets the mean output of a dataset)")
+
+
+def _write_page(path: Path, text: str) -> None:
+    from ..errors import SpecError
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise SpecError("html", f"cannot write {str(path)!r} ({e.strerror or e})",
+                        "give a file in a directory that exists and is writable") from None
+
+
 def _emit(data: dict) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
 
@@ -102,9 +170,9 @@ def serving_validation_tables(rep) -> list:
     fam = [(f, f"{100 * rep.mape(f):.1f}%" if rep.mape(f) == rep.mape(f) else "-",
             str(sum(1 for r in rep.ok_rows if (r.metric in _THROUGHPUT) == (f == "throughput"))))
            for f in ("throughput", "latency")]
-    out.append(Fit([Col("MAPE", style="bold"), Col("", "right"), Col("rows", "right")], fam,
-                   caption=f"{len(rep.ok_rows)} rows predicted, {len(rep.failed_rows)} not (reasons above); "
-                           "nothing fitted to them"))
+    out.append(Fit([Col("MAPE", style="bold"), Col("", "right"), Col("rows", "right")], fam))
+    out.append(f"{len(rep.ok_rows)} rows predicted, {len(rep.failed_rows)} not (reasons above); "
+               "nothing fitted to them")   # a line of its own: as a caption it wraps to the narrow table
     return out
 
 
@@ -120,7 +188,11 @@ def validate_serving_files(files: list[Path], *, cv: Optional[str] = None, as_js
         raise DataError("cv", f"unknown grouping {cv!r}", "use --cv source (leave-one-source-out)")
     rows = []
     for f in files:
-        rows += read_serving_runs(f)
+        got = read_serving_runs(f)
+        if not got:
+            raise DataError("file", f"{Path(f).name} has a header but no runs", "add one row per measured metric "
+                            "(columns: data/validation/README.md)")
+        rows += got
     with progress_bar("predicting serving runs", quiet=as_json) as update:
         rep = validate_serving(rows, progress=update)
     if as_json:
@@ -173,6 +245,11 @@ def register(app: typer.Typer) -> None:
         KV-cache capacity, memory per GPU and energy per token."""
         from ..report.console import print_all
         from .run import ServeRequest, predict_serving
+        _check_seed(seed)
+        _check_num_requests(num_requests, concurrency)
+        _check_length_sources(dataset_file, dataset, input_len, output_len)
+        if html is not None and (html.is_dir() or not html.resolve().parent.is_dir()):   # before minutes of pricing
+            _write_page(html, "")
         q = ServeRequest(model=model or "llama3-8b", gpu=gpu, num_gpus=num_gpus, cluster=cluster,
                          gpus_per_node=gpus_per_node, plan=plan, engine=engine, precision=precision,
                          kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
@@ -186,7 +263,7 @@ def register(app: typer.Typer) -> None:
             from .curve import serving_view_data
             with progress_bar("serving view: request rates", quiet=as_json) as update:
                 data = serving_view_data(q, progress=update)
-            html.write_text(render_serving_html(data), encoding="utf-8")
+            _write_page(html, render_serving_html(data))
         if as_json:
             _emit(r.to_json())
             return
@@ -221,6 +298,12 @@ def register(app: typer.Typer) -> None:
         from ..report.console import print_all
         from .run import ServeRequest
         from .search import parse_prices, parse_slo, serve_search
+        gpu_list = tuple(g.strip() for g in gpus.split(",") if g.strip())
+        prices = parse_prices(gpu_hour_price)
+        _check_search_inputs(slo, gpu_list, prices, num_requests)
+        _check_num_requests(num_requests)
+        _check_length_sources(dataset_file, None, input_len, output_len)
+        _check_seed(seed)
         targets = parse_slo(slo)
         try:
             seqs = tuple(int(x) for x in batch.split(",") if x.strip())
@@ -234,8 +317,8 @@ def register(app: typer.Typer) -> None:
                             kv_cache_dtype=kv_cache_dtype, input_len=input_len, output_len=output_len,
                             dataset_file=dataset_file, num_requests=num_requests, seed=seed)
         with progress_bar("pricing configurations", quiet=quiet) as update:
-            res = serve_search(base, targets, request_rate, gpus=tuple(g.strip() for g in gpus.split(",") if g.strip()),
-                               seqs=seqs, rank_by=rank_by, prices=parse_prices(gpu_hour_price),
+            res = serve_search(base, targets, request_rate, gpus=gpu_list,
+                               seqs=seqs, rank_by=rank_by, prices=prices,
                                max_replicas=max_replicas, progress=update)
         if as_json:
             _emit(res.to_json())

@@ -166,6 +166,8 @@ def read_dataset(path: str | Path) -> Requests:
     p = Path(path)
     if not p.exists():
         raise DataError("dataset_file", f"{p.name} not found", "give a CSV or JSONL with input_len,output_len")
+    if not p.is_file():
+        raise DataError("dataset_file", f"{str(p)!r} is a directory", "give a CSV or JSONL file with input_len,output_len")
     rows: list[dict] = []
     try:
         if p.suffix.lower() in (".jsonl", ".json"):
@@ -181,13 +183,23 @@ def read_dataset(path: str | Path) -> Requests:
     if not rows:
         raise DataError("dataset_file", f"{p.name} has no requests", "add rows of input_len,output_len")
     try:
-        inp = np.array([int(float(r["input_len"])) for r in rows])
-        out = np.array([int(float(r["output_len"])) for r in rows])
+        inp_f = np.array([float(r["input_len"]) for r in rows])
+        out_f = np.array([float(r["output_len"]) for r in rows])
         has_t = all(str(r.get("arrival_time", "")).strip() != "" for r in rows)
         arr = np.array([float(r["arrival_time"]) for r in rows]) if has_t else np.zeros(len(rows))
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, AttributeError):
         raise DataError("dataset_file", f"{p.name} needs numeric input_len and output_len on every row",
                         "columns: arrival_time (optional, s), input_len, output_len") from None
+    for col, v in (("input_len", inp_f), ("output_len", out_f)):
+        bad = np.flatnonzero(~np.isfinite(v) | (v != np.round(v)))
+        if len(bad):     # a fractional or missing length is a broken file, not something to round
+            raise DataError(f"dataset_file.{col}", f"row {bad[0] + 1} of {p.name} has {v[bad[0]]:g}, not a whole "
+                            "number of tokens", "give token counts as integers")
+    bad = np.flatnonzero(~np.isfinite(arr) | (arr < 0))
+    if len(bad):
+        raise DataError("dataset_file.arrival_time", f"row {bad[0] + 1} of {p.name} has {arr[bad[0]]:g}",
+                        "give arrival times in seconds, 0 or more, on every row (or leave the column out)")
+    inp, out = inp_f.astype(np.int64), out_f.astype(np.int64)
     if (inp < 1).any() or (out < 1).any() or (inp > MAX_TOKENS).any() or (out > MAX_TOKENS).any():
         raise DataError("dataset_file", "lengths must lie in 1 .. 10M tokens", "fix the rows")
     order = np.argsort(arr, kind="stable")
@@ -281,6 +293,12 @@ def requests_of(q: ServeRequest, workload: str, setup: ServeSetup, notes: list[s
         req = read_dataset(q.dataset_file)
         if n is not None:
             req = Requests(req.arrival_s[:n], req.input_len[:n], req.output_len[:n])
+        limit = setup.model.max_seq_len
+        longest = int((req.input_len + req.output_len).max())
+        if longest > max(limit, 1):
+            raise DataError("dataset_file", f"a request of {longest:,} tokens (input + output) exceeds "
+                            f"{setup.model.name}'s context of {limit:,}", "drop or shorten those rows, or choose "
+                            "a model with a longer context")
         if workload != "trace":
             base = make_requests(len(req), req.input_len, req.output_len, workload=workload,
                                  request_rate=q.request_rate, seed=q.seed)

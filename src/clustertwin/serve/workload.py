@@ -71,6 +71,7 @@ def parse_serve_plan(text: str | None) -> dict[str, int]:
     out = {"tp": 1, "pp": 1, "ep": 1, "dp": 0, "adp": 1}
     if not text or not text.strip():
         return out
+    seen: set[str] = set()
     for part in text.split(","):
         part = part.strip()
         if not part:
@@ -80,6 +81,9 @@ def parse_serve_plan(text: str | None) -> dict[str, int]:
         k, v = (x.strip().lower() for x in part.split("=", 1))
         if k not in out:
             raise PlanError("plan", f"unknown field {k!r} for serving", "use tp, pp, ep, dp and adp")
+        if k in seen:       # "tp=2,tp=4": which one was meant? not the last by accident
+            raise PlanError(f"plan.{k}", "given twice", f"give {k} once")
+        seen.add(k)
         try:
             n = int(v)
         except ValueError:

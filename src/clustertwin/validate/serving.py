@@ -38,10 +38,17 @@ def is_serving_header(columns: list[str] | None) -> bool:
 
 def is_serving_csv(path: str | Path) -> bool:
     p = Path(path)
+    if p.is_dir():      # `validate` asks this of every file first: a directory is one line here, not a traceback
+        from ..errors import DataError
+        raise DataError("file", f"{str(p)!r} is a directory", "give the CSV files in it, e.g. DIR/*.csv")
     if not p.exists():
         return False
-    with p.open(newline="", encoding="utf-8") as f:
-        return is_serving_header(csv.DictReader(f).fieldnames)   # type: ignore[arg-type]
+    try:
+        with p.open(newline="", encoding="utf-8") as f:
+            return is_serving_header(csv.DictReader(f).fieldnames)   # type: ignore[arg-type]
+    except (UnicodeDecodeError, csv.Error):
+        from ..errors import DataError
+        raise DataError("file", f"{p.name} is not a UTF-8 CSV", "give a CSV in the validation schema") from None
 
 
 def family(metric: str) -> str:
