@@ -88,6 +88,7 @@ def _files(tmp: Path) -> dict[str, Path]:
         "DUP_JOBS": w("dup.yaml", "jobs:\n  - {name: a, model: llama3-8b, num_gpus: 32}\n"
                                   "  - {name: a, model: llama3-8b, num_gpus: 32}\n"),
         "TYPO_JOB": w("typo.yaml", "jobs:\n  - {name: a, model: llama3-8b, num_gpu: 32}\n"),
+        "UNITLESS_ARRIVAL": w("arr.yaml", "jobs:\n  - {name: a, model: llama3-8b, num_gpus: 32, arrival: 60}\n"),
         "TRACE_EMPTY": w("t.json", '{"traceEvents": []}'),
         "TRACE_BAD": w("t2.json", "{bad"),
     }
@@ -168,6 +169,8 @@ MISTAKES = [
     ("malformed YAML", ["place", "{BAD_YAML}", "--cluster", TAPERED], ["jobs", "YAML"]),
     ("two jobs of one name", ["place", "{DUP_JOBS}", "--cluster", TAPERED], ["jobs[1].name", "twice"]),
     ("a misspelt job field", ["place", "{TYPO_JOB}", "--cluster", TAPERED], ["jobs[0].num_gpu", "num_gpus"]),
+    ("an arrival without its unit", ["place", "{UNITLESS_ARRIVAL}", "--cluster", TAPERED],
+     ["arrival", "no unit", "90s"]),
     ("policy typo", ["place", str(EXAMPLES / "jobs.yaml"), "--cluster", TAPERED, "--policy", "sprad"], ["policy"]),
     # energy, heat and predict's power flags
     ("a cap below the planner's lowest clock (IndexError before)", ENERGY + ["--power-cap", "100W"],
@@ -181,6 +184,9 @@ MISTAKES = [
     ("a zero cap", ["predict", "--power-cap", "0W"], ["power-cap"]),
     ("a clock in the wrong unit", ["predict", "--power-cap", "300MHz"], ["power-cap", "MHz"]),
     ("a clock above the reference", ["predict", "--clock", "10GHz"], ["clock"]),
+    ("a cap without its unit", ["predict", "--power-cap", "300"], ["power-cap", "no unit", "500W"]),
+    ("a plan field given twice", ["predict", "--plan", "tp=2,tp=4"], ["plan.tp", "given twice", "keep one"]),
+    ("a clock without its unit", ["predict", "--clock", "1200"], ["clock", "no unit", "1410MHz"]),
     # compare-trace and calibrate --from-trace
     ("a directory of traces (said 'no such file' before)", ["compare-trace", "{DIR}"], ["trace", "directory"]),
     ("--top 0 (empty tables; -1 dropped a row before)", ["compare-trace", "{TRACE_EMPTY}", "--top", "0"], ["top"]),

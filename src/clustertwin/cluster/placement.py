@@ -43,6 +43,7 @@ import yaml
 from ..constants import value
 from ..errors import PlanError, SpecError
 from ..specs.hardware import ClusterSpec
+from ..units import has_unit
 
 POLICIES = ("packed", "spread", "topology-aware", "shape-folding")
 DEFAULT_STEPS = 1000
@@ -169,7 +170,10 @@ def read_jobs(path: str | Path) -> list[JobRequest]:
         names.add(name)
         if "model" not in item or "num_gpus" not in item:
             raise SpecError(where, "needs model and num_gpus", "e.g. {name: a, model: llama3-8b, num_gpus: 64}")
-        arrival = parse_quantity(item.get("arrival", 0), "duration", f"{where}.arrival")
+        raw_arrival = item.get("arrival", "0s")
+        if raw_arrival not in (0, "0") and not has_unit(raw_arrival):
+            raise SpecError(f"{where}.arrival", f"{raw_arrival!r} has no unit", 'write it with one, e.g. "90s" or "15min"')
+        arrival = parse_quantity(raw_arrival, "duration", f"{where}.arrival")
         out.append(JobRequest(name=name, model=str(item["model"]), num_gpus=_int(item["num_gpus"], f"{where}.num_gpus"),
                               plan=str(item.get("plan") or ""),
                               steps=_int(item.get("steps", DEFAULT_STEPS), f"{where}.steps"), arrival_s=arrival,

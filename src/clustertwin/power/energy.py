@@ -148,13 +148,15 @@ def estimate_energy(prediction) -> EnergyEstimate:
 
 
 def parse_power_flags(power_cap: str | None, clock: str | None) -> tuple[float | None, float | None]:
-    """``--power-cap`` and ``--clock`` as W and Hz ("500W", "1410MHz"; bare numbers are W and MHz)."""
-    from ..units import parse_quantity
+    """``--power-cap`` and ``--clock`` as W and Hz ("500W", "1410MHz"); a number without its unit is refused
+    (is "300" watts or a fraction of TDP? is "1200" MHz or Hz?)."""
+    from ..errors import UnitError
+    from ..units import has_unit, parse_quantity
+    for name, v, example in (("power-cap", power_cap, '"500W"'), ("clock", clock, '"1410MHz"')):
+        if v is not None and not has_unit(v):
+            raise UnitError(name, f"{v!r} has no unit", f"write it with one, e.g. {example}")
     cap = None if power_cap is None else parse_quantity(power_cap, "power", "power-cap")
-    hz = None
-    if clock is not None:
-        bare = isinstance(clock, str) and clock.strip().replace(".", "", 1).isdigit()
-        hz = parse_quantity(clock + "MHz" if bare else clock, "frequency", "clock")
+    hz = None if clock is None else parse_quantity(clock, "frequency", "clock")
     return cap, hz
 
 

@@ -205,6 +205,8 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
                             f"use one of {', '.join(sorted(set(Plan.model_fields) | set(_ALIASES)))}")
         if key == "dp" and value.lower() in ("auto", ""):
             continue
+        if key in fields and str(fields[key]) != value:
+            raise PlanError(f"plan.{key}", f"given twice ({fields[key]} and {value})", "keep one of them")
         fields[key] = value
     fields.update({k: v for k, v in overrides.items() if v is not None})
     return make_plan(**fields)
