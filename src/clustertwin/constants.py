@@ -243,6 +243,23 @@ _HOST: list[Constant] = [
              "derived: the C++ autograd engine, one node per kernel at about an aten call without its Python "
              "half (" + _ATEN_OP + ")",
              _HOST_PRICES.format(phase="backward, eager PyTorch modules")),
+    Constant("host.deepspeed_forward_per_kernel_s", 85e-6, "s",
+             "fitted: the megatron-deepspeed profile's host time per forward kernel, fitted (framework "
+             "fields only; hardware efficiencies left at their shipped values) to the 1,440 measured "
+             "Megatron-DeepSpeed iterations of vTrain (Bang et al., MICRO 2024; VIA-Research/vTrain "
+             "data/ground_truth_single.csv, data/validation/vtrain_single_node.csv): their pp = 1 rows "
+             "take 3.3-3.6 ms per layer per micro-batch at micro-batch 1 whatever the hidden size (1024 or "
+             "2048) and tp (1, 2, 4): a host-bound floor ~2.4x Megatron's derived figure "
+             "(host.megatron_forward_per_kernel_s); benchmarks/vtrain_residuals.py prints it. "
+             "`calibrate --from-runs` fits it as megatron-deepspeed.cpu_dispatch_s. Not out of sample: "
+             "no other data set runs this stack",
+             _HOST_PRICES.format(phase="forward and recomputation, Megatron-DeepSpeed")),
+    Constant("host.deepspeed_backward_per_kernel_s", 30e-6, "s",
+             "fitted with host.deepspeed_forward_per_kernel_s on the same 1,440 vTrain runs (3x "
+             "host.backward_per_kernel_s; the pair 85/30 us gives the lowest MAPE of the grid tried, "
+             "80/35 us the same). `calibrate --from-runs` names it "
+             "megatron-deepspeed.backward_dispatch_s",
+             _HOST_PRICES.format(phase="backward, Megatron-DeepSpeed")),
     Constant("host.collective_launch_s", 30e-6, "s",
              "assumed: a torch.distributed collective from Python (c10d wrapper, ProcessGroupNCCL work object, "
              "two CUDA event records and a stream wait, the NCCL enqueue) costs a few aten calls (" + _ATEN_OP
