@@ -179,7 +179,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   (engine.communication_data_type: fp16 under fp16)
     # - host time per kernel: fitted to vTrain's 1,440 measured runs of this stack (constants
     #   host.deepspeed_forward/backward_per_kernel_s): at small micro-batches its layers are host-bound
-    #   at ~2.4x (forward) and 3x (backward) Megatron's derived per-kernel cost
+    #   at ~2.3x (forward) and 4x (backward) Megatron's derived per-kernel cost
     FrameworkProfile("megatron-deepspeed", attention_kernel="unfused", fused_rope=False, fused_cross_entropy=False,
                      vocab_pad_multiple=128, microbatch_overhead_s=value("host.deepspeed_microbatch_overhead_s"),
                      cpu_dispatch_s=value("host.deepspeed_forward_per_kernel_s"),
