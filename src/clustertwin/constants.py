@@ -256,7 +256,8 @@ _HOST: list[Constant] = [
              _HOST_PRICES.format(phase="forward and recomputation, Megatron-DeepSpeed")),
     Constant("host.deepspeed_backward_per_kernel_s", 40e-6, "s",
              "fitted with host.deepspeed_forward_per_kernel_s on the same 1,440 vTrain runs: the pair "
-             "80/40 us has the lowest MAPE (6.5%) of a grid of forward 60-100 us x backward 10-60 us; fitted "
+             "80/40 us has the lowest MAPE (6.5%) of a grid of forward 60-100 us x backward 10-40 us (and of "
+             "75-80/50, 70/60 us); fitted "
              "on half of the rows (hidden 1024, 2 and 4 GPUs, or 12-16 layers) the grid picks 80/40 or 85/20 "
              "and the other half's MAPE is 5-9% (tp 1-2 -> tp 4-8: 12%). 4x host.backward_per_kernel_s. "
              "Not in `calibrate --from-runs`' parameter set (it fits cpu_dispatch_s and *_overhead_s only)",
