@@ -40,3 +40,24 @@ def test_every_row_is_filled_and_becomes_its_job(monkeypatch):
         assert tp * pp * dp == int(r["num_gpus"]) <= int(r["gpus_per_node"])  # a single node
         assert (job.plan.micro_batch, job.plan.global_batch) == (int(r["micro_batch"]), int(r["global_batch"]))
         assert job.plan.recompute == "full"
+
+
+def test_small_micro_batches_are_host_bound_as_measured():
+    """vTrain's rows at micro-batch 1 take the same time at hidden 1024 and 2048 (tp 4, pp 1, 24 layers,
+    8 micro-batches: 0.687 s and 0.607 s measured): the layers are host-bound, not GPU-bound. The
+    megatron-deepspeed profile prices that floor (constants host.deepspeed_*_per_kernel_s): quadrupling
+    the GEMM FLOPs moves the prediction by less than a fifth, and each prediction is within a fifth of
+    its measurement."""
+    from clustertwin.specs.framework import FRAMEWORK_PROFILES
+    from clustertwin.validate.compare import validate_rows
+
+    ds, mg = FRAMEWORK_PROFILES["megatron-deepspeed"], FRAMEWORK_PROFILES["megatron"]
+    assert ds.cpu_dispatch_s > mg.cpu_dispatch_s and ds.backward_dispatch_s > mg.backward_dispatch_s
+    rows = {r.run_id: r for r in read_runs(VTRAIN)}
+    small, large = (rows[i] for i in ("vtrain-single-0634", "vtrain-single-0872"))
+    assert (small.raw["hidden"], large.raw["hidden"]) == ("1024", "2048")
+    assert all(small.raw[k] == large.raw[k] for k in ("tp", "pp", "dp", "micro_batch", "global_batch", "layers"))
+    rep = validate_rows([small, large])
+    t_small, t_large = (r.predicted for r in rep.rows)
+    assert t_large / t_small < 1.2
+    assert all(abs(r.error) < 0.2 for r in rep.rows)

@@ -243,6 +243,25 @@ _HOST: list[Constant] = [
              "derived: the C++ autograd engine, one node per kernel at about an aten call without its Python "
              "half (" + _ATEN_OP + ")",
              _HOST_PRICES.format(phase="backward, eager PyTorch modules")),
+    Constant("host.deepspeed_forward_per_kernel_s", 80e-6, "s",
+             "fitted: the megatron-deepspeed profile's host time per forward kernel, fitted (framework "
+             "fields only; hardware efficiencies left at their shipped values) to the 1,440 measured "
+             "Megatron-DeepSpeed iterations of vTrain (Bang et al., MICRO 2024; VIA-Research/vTrain "
+             "data/ground_truth_single.csv, data/validation/vtrain_single_node.csv): their pp = 1 rows "
+             "take 3.3-3.6 ms per layer per micro-batch at micro-batch 1 whatever the hidden size (1024 or "
+             "2048) and tp (1, 2, 4): a host-bound floor ~2.3x Megatron's derived figure "
+             "(host.megatron_forward_per_kernel_s); benchmarks/vtrain_residuals.py prints it. "
+             "`calibrate --from-runs` fits it as megatron-deepspeed.cpu_dispatch_s. Not out of sample: "
+             "no other data set runs this stack",
+             _HOST_PRICES.format(phase="forward and recomputation, Megatron-DeepSpeed")),
+    Constant("host.deepspeed_backward_per_kernel_s", 40e-6, "s",
+             "fitted with host.deepspeed_forward_per_kernel_s on the same 1,440 vTrain runs: the pair "
+             "80/40 us has the lowest MAPE (6.5%) of a grid of forward 60-100 us x backward 10-40 us (and of "
+             "75-80/50, 70/60 us); fitted "
+             "on half of the rows (hidden 1024, 2 and 4 GPUs, or 12-16 layers) the grid picks 80/40 or 85/20 "
+             "and the other half's MAPE is 5-9% (tp 1-2 -> tp 4-8: 12%). 4x host.backward_per_kernel_s. "
+             "Not in `calibrate --from-runs`' parameter set (it fits cpu_dispatch_s and *_overhead_s only)",
+             _HOST_PRICES.format(phase="backward, Megatron-DeepSpeed")),
     Constant("host.collective_launch_s", 30e-6, "s",
              "assumed: a torch.distributed collective from Python (c10d wrapper, ProcessGroupNCCL work object, "
              "two CUDA event records and a stream wait, the NCCL enqueue) costs a few aten calls (" + _ATEN_OP

@@ -189,8 +189,13 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - DP through the DeepSpeed engine: overlap_comm defaults to False below ZeRO-3
     #   (deepspeed/runtime/zero/config.py), gradients reduced in the training dtype
     #   (engine.communication_data_type: fp16 under fp16)
+    # - host time per kernel: fitted to vTrain's 1,440 measured runs of this stack (constants
+    #   host.deepspeed_forward/backward_per_kernel_s): at small micro-batches its layers are host-bound
+    #   at ~2.3x (forward) and 4x (backward) Megatron's derived per-kernel cost
     FrameworkProfile("megatron-deepspeed", attention_kernel="unfused", fused_rope=False, fused_cross_entropy=False,
                      vocab_pad_multiple=128, microbatch_overhead_s=value("host.deepspeed_microbatch_overhead_s"),
+                     cpu_dispatch_s=value("host.deepspeed_forward_per_kernel_s"),
+                     backward_dispatch_s=value("host.deepspeed_backward_per_kernel_s"),
                      grad_reduce_bytes_fp16=2, overlap_dp_comm=False, overlap_pp_comm=False,
                      default_zero_stage=0, sp_with_tp=False, capabilities=_DEEPSPEED_NO_TP_OVERLAP_CAPS,
                      family="megatron-deepspeed"),
