@@ -550,6 +550,38 @@ _NCCL: list[Constant] = [
              _NVLS + " NCCL_PARAM(NvlsChunkSize, \"NVLS_CHUNKSIZE\", 128 * 1024); cut to 64/32/16 KiB below "
              "64x/8x/2x lanes x chunk (src/enqueue.cc calcCollChunking)",
              "collective time: largest NVLS chunk; smaller messages get smaller chunks"),
+    *[Constant(f"nccl.nvls_cut.{tree}.{i}.{what}", v, unit,
+               "NVIDIA/nccl src/enqueue.cc calcCollChunking (commit 5067397c): the NVLS"
+               + (" tree" if tree == "tree" else "") + " chunk drops to chunk_bytes while the message is below "
+               "multiple x lanes x chunk",
+               "collective time: the chunk size of a mid-size NVLS" + (" tree" if tree == "tree" else "")
+               + " all-reduce")
+      for tree, cuts in (("flat", ((64, 65536), (8, 32768), (2, 16384))),
+                         ("tree", ((32, 262144), (16, 131072), (4, 65536), (1, 32768))))
+      for i, (mult, size) in enumerate(cuts)
+      for what, v, unit in (("multiple", mult, "x lanes x chunk"), ("chunk_bytes", size, "bytes"))],
+    *[Constant(f"nccl.nvls_sm100.{name}", v, unit,
+               "NVIDIA/nccl src/transport/nvls.cc ncclNvlsTreeSm100Tuning (commit 5067397c; its GPU-to-NIC path "
+               "conditions left out): " + why,
+               "collective time: NVLS tree channels and chunks on Blackwell nodes")
+      for name, v, unit, why in (
+          ("two_nodes.min_nic_bytes_per_s", 48e9, "bytes/s", "two nodes with NICs of 48 GB/s or more per GPU ..."),
+          ("two_nodes.channels", 32, "channels", "... run 32 channels ..."),
+          ("two_nodes.tree_max_chunk_bytes", 131072, "bytes", "... with 128 KiB tree chunks ..."),
+          ("two_nodes.small_ppn", 4, "ranks per node", "... and with at most 4 ranks per node ..."),
+          ("two_nodes.small_ppn_chunk_bytes", 262144, "bytes", "... 256 KiB chunks"),
+          ("many_nodes.fast_nic_bytes_per_s", 96e9, "bytes/s", "more than two nodes with NICs of 96 GB/s or more per GPU ..."),
+          ("many_nodes.fast_max_ppn", 8, "ranks per node", "... and at most 8 ranks per node ..."),
+          ("many_nodes.fast_channels", 24, "channels", "... run 24 channels ..."),
+          ("many_nodes.fast_chunk_bytes", 262144, "bytes", "... with 256 KiB chunks and tree chunks; more ranks "
+                                                            "per node ..."),
+          ("many_nodes.dense_channels", 32, "channels", "... run 32 channels ..."),
+          ("many_nodes.dense_ppn", 32, "ranks per node", "... with 128 KiB tree chunks below 32 ranks per node ..."),
+          ("many_nodes.dense_tree_max_chunk_bytes", 131072, "bytes", "... (128 KiB) ..."),
+          ("many_nodes.densest_tree_max_chunk_bytes", 65536, "bytes", "... and 64 KiB from 32 ranks per node"),
+          ("many_nodes.slow_nic_bytes_per_s", 48e9, "bytes/s", "more than two nodes with NICs of 48-96 GB/s per GPU ..."),
+          ("many_nodes.slow_channels", 24, "channels", "... run 24 channels ..."),
+          ("many_nodes.slow_tree_max_chunk_bytes", 131072, "bytes", "... with 128 KiB tree chunks"))],
     Constant("nccl.nvls_tree_max_chunk_bytes.many_nodes", 65536, "bytes",
              _NVLS + " ncclNvlsTuning: treeMaxChunkSize = 65536 when nNodes >= 4, else the NVLS chunk",
              "collective time: largest NVLS tree chunk on four nodes or more"),

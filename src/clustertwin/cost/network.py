@@ -96,8 +96,26 @@ _NO_PIPE = (0.0, 0.0, 0.0)
 # NVIDIA/nccl src/enqueue.cc calcCollChunking (commit 5067397c): the chunk drops to `size` while the
 # message is below `mult` x lanes x chunk (NVLS: 64x -> 64 KiB, 8x -> 32 KiB, 2x -> 16 KiB; NVLS tree:
 # 32x -> 256 KiB, 16x -> 128 KiB, 4x -> 64 KiB, 1x -> 32 KiB)
-_NVLS_CUTS = ((64, 65536), (8, 32768), (2, 16384))
-_NVLS_TREE_CUTS = ((32, 262144), (16, 131072), (4, 65536), (1, 32768))
+def _cuts(kind: str) -> tuple[tuple[float, float], ...]:
+    """(multiple, chunk bytes) of NCCL's chunk cuts, largest first (constants nccl.nvls_cut.KIND.I.*)."""
+    cuts: list[tuple[float, float]] = []
+    while True:
+        try:
+            i = len(cuts)
+            cuts.append((value(f"nccl.nvls_cut.{kind}.{i}.multiple"), value(f"nccl.nvls_cut.{kind}.{i}.chunk_bytes")))
+        except KeyError:
+            return tuple(cuts)
+
+
+class _Sm100Tuning:
+    """NCCL's Blackwell NVLS tree tuning figures (constants nccl.nvls_sm100.*), read by name."""
+
+    def __getitem__(self, name: str) -> float:
+        return value(f"nccl.nvls_sm100.{name}")
+
+
+_NVLS_CUTS = _cuts("flat")
+_NVLS_TREE_CUTS = _cuts("tree")
 
 
 def _lat(tier: str, algo: str, proto: str) -> float:
@@ -341,18 +359,22 @@ class NetworkPricer:
         if self.arch == "blackwell":
             channels = int(value("nccl.nvls_channels.blackwell_many_nodes" if nodes > 1
                                  else "nccl.nvls_channels.blackwell_one_node"))
-            nic_gbps = self.cluster.node.nic_bandwidth_bytes_per_s / 1e9
-            if nodes == 2 and nic_gbps >= 48:
-                channels, tree_max = 32, 128 * 1024
-                if ppn <= 4:
-                    chunk = tree_max = 256 * 1024
-            elif nodes > 2 and nic_gbps >= 96:
-                if ppn <= 8:
-                    channels, chunk, tree_max = 24, 256 * 1024, 256 * 1024
+            t = _Sm100Tuning()
+            nic = self.cluster.node.nic_bandwidth_bytes_per_s
+            if nodes == 2 and nic >= t["two_nodes.min_nic_bytes_per_s"]:
+                channels, tree_max = int(t["two_nodes.channels"]), int(t["two_nodes.tree_max_chunk_bytes"])
+                if ppn <= t["two_nodes.small_ppn"]:
+                    chunk = tree_max = int(t["two_nodes.small_ppn_chunk_bytes"])
+            elif nodes > 2 and nic >= t["many_nodes.fast_nic_bytes_per_s"]:
+                if ppn <= t["many_nodes.fast_max_ppn"]:
+                    channels = int(t["many_nodes.fast_channels"])
+                    chunk = tree_max = int(t["many_nodes.fast_chunk_bytes"])
                 else:
-                    channels, tree_max = 32, (128 if ppn < 32 else 64) * 1024
-            elif nodes > 2 and nic_gbps >= 48:
-                channels, tree_max = 24, 128 * 1024
+                    channels = int(t["many_nodes.dense_channels"])
+                    tree_max = int(t["many_nodes.dense_tree_max_chunk_bytes"] if ppn < t["many_nodes.dense_ppn"]
+                                   else t["many_nodes.densest_tree_max_chunk_bytes"])
+            elif nodes > 2 and nic >= t["many_nodes.slow_nic_bytes_per_s"]:
+                channels, tree_max = int(t["many_nodes.slow_channels"]), int(t["many_nodes.slow_tree_max_chunk_bytes"])
         else:
             channels = int(value("nccl.nvls_channels.hopper"))
         if not tree_max:
