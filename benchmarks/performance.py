@@ -65,6 +65,12 @@ def predict_job() -> float:
 
 
 def cli_predict() -> float:
+    # pip compiles the package's bytecode when it installs it; an editable checkout (or a shell with
+    # PYTHONDONTWRITEBYTECODE set) may have none, and would time the compiler instead of the start-up
+    import compileall
+
+    import clustertwin
+    compileall.compile_dir(str(Path(clustertwin.__file__).parent), quiet=1)
     exe = shutil.which("clustertwin") or sys.executable
     cmd = [exe, "predict"] if exe != sys.executable else [exe, "-m", "clustertwin", "predict"]
     t0 = time.perf_counter()
