@@ -384,3 +384,16 @@ def test_recompute_runs_inside_the_backward():
     phases = [st.op.phase for st in mp.program.steps]
     assert phases[0] == Phase.RECOMPUTE and Phase.BWD in phases
     assert r.step_time_s == pytest.approx(predict_job(job).step_time_s, rel=0.05)
+
+
+def test_sim_flags_a_plan_that_does_not_fit(capsys) -> None:
+    """A step time of a plan that does not fit in memory is never shown without saying so."""
+    import json
+
+    from clustertwin.cli import main
+    argv = ["sim", "-m", "llama3.1-405b", "--gpu", "h100", "-n", "64", "--plan", "tp=8,pp=8"]
+    assert main(argv) == 0
+    assert "does NOT fit" in capsys.readouterr().out
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["fits"] is False and data["memory_per_gpu_bytes"] > 80e9

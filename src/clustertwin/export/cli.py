@@ -134,7 +134,8 @@ def sim(job: JobOptions, profile: Optional[Path],
     tj = job_from_options(job)
     prof = resolve_profile(profile, tj)
     result = simulate(tj, slow_rank=slow_rank, slowdown=slowdown, profile=prof)
-    predicted = predict_job(tj, prof).step_time_s
+    pred = predict_job(tj, prof)
+    predicted = pred.step_time_s
     events = None
     if timeline is not None:
         from .perfetto import write_perfetto
@@ -142,11 +143,13 @@ def sim(job: JobOptions, profile: Optional[Path],
     if as_json:
         data = result.to_json()
         data["predicted_step_time_s"] = predicted
+        data["fits"] = pred.fits
+        data["memory_per_gpu_bytes"] = pred.memory.total_bytes
         if timeline is not None:
             data["timeline"] = {"file": str(timeline), "events": events}
         _emit(data)
         return
-    print_all(console, sim_tables(result, predicted))
+    print_all(console, sim_tables(result, predicted, pred.memory))
     if timeline is not None:
         console.print(f"timeline: {events:,} events in {timeline} (open in https://ui.perfetto.dev)")
 

@@ -519,8 +519,10 @@ def goodput_tables(pred: Prediction, est: "GoodputEstimate") -> list:
 
 
 # ---- sim ----------------------------------------------------------------------------------------
-def sim_tables(result: "SimResult", predicted_step_time_s: float) -> list:
-    """`clustertwin sim`: the job line, the replay against predict, and one row per simulated rank."""
+def sim_tables(result: "SimResult", predicted_step_time_s: float, memory: Any = None) -> list:
+    """`clustertwin sim`: the job line, the replay against predict (and, given the prediction's
+    ``memory``, whether the plan fits: a time of a plan that does not fit is flagged), and one row per
+    simulated rank."""
     job, g = result.job, result.graph
     out: list[Any] = [f"{job.model.name} on {job.cluster.num_gpus:,} x {job.cluster.gpu.name} · {g.plan.short()} · "
                       f"{g.num_microbatches} micro-batches · {job.framework}"]
@@ -532,6 +534,10 @@ def sim_tables(result: "SimResult", predicted_step_time_s: float) -> list:
         rows.append(("with the slow GPU", f"{format_duration(result.step_time_s)} "
                                           f"({100 * (result.step_time_s / base - 1):+.1f}%): "
                                           f"rank {result.slow_rank} computes {result.slowdown:g}x slower"))
+    if memory is not None:
+        fits = Text.from_markup("[green]fits[/green]" if memory.fits else "[red]does NOT fit[/red]")
+        rows.append(("memory per GPU", Text.assemble(f"{_gb(memory.total_bytes)} of {_gb(memory.capacity_bytes)}: ",
+                                                     fits)))
     rows.append(("simulated", f"{len(result.ranks)} ranks standing for {job.cluster.num_gpus:,} GPUs "
                               f"({result.tasks_simulated:,} tasks); TP/CP peers and DP replicas are symmetric"))
     out.append(_fields("replay of one iteration", rows))
