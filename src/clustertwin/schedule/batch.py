@@ -51,7 +51,7 @@ _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype",
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
-           "attn_rc", "moe_imb")
+           "attn_rc", "moe_imb", "tp_excess")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
 # below this many shape classes to price, pricing them one by one is faster than stacking them
@@ -525,14 +525,14 @@ class BatchPricer:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
                 vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                        st.moe_imbalance_s)
+                        st.moe_imbalance_s, st.tp_excess_s)
             else:
                 mode = recompute_mode(rc, self.fw)
                 ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
                        else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
                 vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                        st.moe_imbalance_s)
+                        st.moe_imbalance_s, st.tp_excess_s)
             if stacked:
                 for k, v in enumerate(vals):
                     out[:, b, k] = v
@@ -841,7 +841,9 @@ class _Layout:
                                   + hidden_cp(total("cp_rc"), total("attn_rc")))
             # the ring's NCCL send/recv slow the attention they hide behind (schedule.overlap_compute_slowdown)
             st.cp_s = st.cp_s + OVERLAP_SLOWDOWN * (st.cp_hidden_fwd_s + st.cp_hidden_bwd_s)
-            st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r)
+            # overlapped: the first chunk, and what outlasts the GEMMs it runs beside (0 without overlap:
+            # the blocks of plans without it are priced without chunks)
+            st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r) + total("tp_excess")
             st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
         return out

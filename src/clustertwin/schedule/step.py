@@ -14,7 +14,7 @@ all-gather not hidden behind the next forward, and the optimizer step.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -51,6 +51,9 @@ class StageTime:
     bwd_s: Num = 0.0
     recompute_s: Num = 0.0
     tp_s: Num = 0.0
+    # TP communication an overlapped (chunked) schedule cannot hide: where a collective outlasts the GEMM
+    # it overlaps, its chunks wait for each other, not for the GEMM's (priced with a chunked pricer only)
+    tp_excess_s: Num = 0.0
     cp_s: Num = 0.0
     ep_s: Num = 0.0
     moe_imbalance_s: Num = 0.0    # what the busiest EP rank adds to expert GEMMs and all-to-alls
@@ -182,9 +185,24 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     cp_time = 0.0
     compute = 0.0
     stream = []   # (host, GPU, on the compute stream) per op, for the host-bound floor
+    chunks = pricer.compute.tp_overlap_chunks
+    excess: Any = 0.0          # overlapped TP communication that outlasts its GEMMs
+    pending: Any = None        # an overlapped TP collective waiting for the GEMM it runs beside
+    after_gemm: Any = None     # the GEMM just before, when the op before was one
     for op, rep in ops:
         t = pricer.time(op) * rep
         comm = op.is_comm
+        # (chunks is 1 without TP overlap, per shape class when many are priced: the excess is then 0)
+        is_gemm = op.kind == OpKind.GEMM
+        if comm and op.group == "tp" and not op.overlappable:
+            if after_gemm is not None:   # a reduce-scatter pipelined with the GEMM before it
+                excess = excess + tp_overlap_excess(t, after_gemm, chunks)
+            else:                        # an all-gather feeding the GEMM after it
+                pending = t
+        elif is_gemm and pending is not None:
+            excess = excess + tp_overlap_excess(pending, t, chunks)
+            pending = None
+        after_gemm = t if is_gemm else None
         blocking = not comm or (op.group in ("tp", "ep") and not op.overlappable)
         if op.layer in ("layer", "moe_layer"):
             # embedding and head run once beside many layers: the host's lead over the layers' long
@@ -209,7 +227,11 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
         if op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
             attn_time += t
         compute += t
+    if pending is not None:   # nothing after it to hide behind
+        excess = excess + tp_overlap_excess(pending, 0.0, chunks)
     idle = host_idle(stream)   # where the host issues slower than the GPU runs, the GPU waits
+    # while the compute stream waits for the host, the TP stream goes on: that time hides the excess too
+    st.tp_excess_s = st.tp_excess_s + maximum(0.0, excess - idle)
     if phase == Phase.FWD:
         st.fwd_s += compute + idle
     elif phase == Phase.BWD:
@@ -227,6 +249,13 @@ def exposed_cp(cp_time, attn_time):
 def hidden_cp(cp_time, attn_time):
     """The attention time spent hiding the CP exchange (no longer free to hide other traffic)."""
     return minimum(cp_time, attn_time)
+
+
+def tp_overlap_excess(comm, gemm, chunks: int):
+    """What a TP collective split into ``chunks`` and pipelined with a GEMM of as many chunks exposes
+    beyond its first chunk: chunk i's exchange runs beside chunk i-1's GEMM, so each later step takes
+    the longer of the two, and (chunks - 1)/chunks of max(0, comm - gemm) is not hidden."""
+    return (chunks - 1) / chunks * maximum(0.0, comm - gemm)
 
 
 def exposed_tp(tp_s, tp, overlap):
