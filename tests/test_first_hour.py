@@ -21,8 +21,8 @@ from clustertwin.cli import main
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
+def run(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return code, out, err
 
