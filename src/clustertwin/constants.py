@@ -520,6 +520,23 @@ _NCCL: list[Constant] = [
     Constant("nccl.tree_ll128_bandwidth_factor", 120 / 128, "ratio",
              _TUNING_MODEL + ": tree LL128 busBw * 120.0 / 128.0 across nodes",
              "collective bandwidth: LL128 protocol's share with the tree algorithm"),
+    Constant("nccl.tree_correction_unit_bytes", 64, "bytes",
+             "NVIDIA/nccl src/graph/tuning.cc (commit 5067397c) ncclTopoGetAlgoTime: logSize = log2i(nBytes >> 6), "
+             "the treeCorrectionFactor column of a message ('Powers of two, 64 B to 256MB')",
+             "collective time: which size column of NCCL's tree correction a message falls in"),
+    *[Constant(f"nccl.tree_correction.{proto}.{i}", v, "ratio",
+               "NVIDIA/nccl src/graph/tuning.cc (commit 5067397c, NCCL 2.30) treeCorrectionFactor, applied by "
+               "ncclTopoGetAlgoTime to the tree all-reduce's bandwidth at log2(bytes / 64) < 23 ('Trees are not "
+               f"perfectly sticking to the model for medium sizes'): {_PROTOS[proto]} at {64 << i} bytes",
+               "collective time: tree all-reduce bandwidth at mid-size messages (NCCL's own correction of its "
+               "tree model)")
+      for proto, row in (("ll", (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9,
+                                 1.0, 1.0, 1.0, 1.0)),
+                         ("ll128", (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+                                    .9, .9, 1.0, 1.0)),
+                         ("simple", (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7,
+                                     .7, .8, .9, .9)))
+      for i, v in enumerate(row)],
     Constant("nccl.pat_bandwidth_factor", 0.75, "ratio", _TUNING_MODEL + ": PAT busBw *= .75",
              "collective bandwidth: PAT (all-gather / reduce-scatter, one rank per node) against a ring"),
     Constant("nccl.pat_latency_per_rank_s", 2.8e-6, "s", _TUNING_MODEL + ": PAT latency + nRanks * 2.8 us",

@@ -19,7 +19,9 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   nodes, 2 (ranks per node - 1) NVLink steps and 2 log2(N) network steps; each node sends and
   receives 2(N-1)/N of the buffer over its NICs (the whole buffer at N = 2, where a ring sends
   nearly twice that), and each GPU of the chain sends the buffer up and down through its one
-  NVSwitch port (half the link each way: NCCL's tree ratio .5).
+  NVSwitch port (half the link each way: NCCL's tree ratio .5). At mid sizes its bandwidth is
+  NCCL's corrected one (tuning.cc treeCorrectionFactor, per protocol and power of two of the size: 0.4-0.9
+  from 1 KiB to 256 MiB; ``tree_correction``).
 * **NVLS** (NVLink SHARP, all-reduce inside a Hopper/Blackwell NVSwitch node) and **NVLS tree**
   (across nodes): the switch reduces, at the measured NVLS bandwidth. NCCL runs them as a pipeline of
   chunks (``nvls_chunk_bytes``): nChannels x nHeads lanes, each a chunk at a time, the chunk cut from
@@ -37,6 +39,9 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   a ring's network traffic. CollNet Direct scatters and gathers the buffer over NVLink so that each
   GPU's NIC carries 1/ranks per node of it; CollNet Chain runs the tree's NVLink chain. The same
   switches let NVLS span nodes (NVLS + SHARP).
+
+A network plugin may leave NCCL fewer protocols (``NetworkPricer(..., protocols=...)``, NCCL_PROTO):
+aws-ofi-nccl sets Simple only on EFA that does not deliver 128-byte lines in order (p4d/p4de).
 
 Traffic between leaf switches pays the fat-tree's oversubscription (per tier where the cluster
 gives ``tier_oversubscription``: the product of the tiers a group climbs), and each switch tier
@@ -56,7 +61,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..constants import value
+from ..constants import group, value
 from ..errors import SpecError
 from ..parallel.layout import GroupPlacement
 from ..specs.hardware import ClusterSpec
@@ -138,6 +143,31 @@ _HOP = value("cluster.switch_hop_latency_s")
 _COLLNET_ARITY = value("nccl.collnet_arity_latency_s")
 _COLLNET_HOPPER = value("nccl.collnet_direct_efficiency.hopper")
 _NVLS_STAGES = int(value("nccl.nvls_pipeline_stages"))
+# NCCL's tree correction (tuning.cc treeCorrectionFactor): a factor on the tree all-reduce's bandwidth per
+# protocol (rows: PROTOCOLS) and per power of two of bytes / 64 (columns); sizes beyond the table: 1
+_TREE_CORRECTION = np.array([[value(f"nccl.tree_correction.{p}.{i}") for i in range(len(group(f"nccl.tree_correction.{p}")))]
+                             for p in PROTOCOLS])
+_TREE_CORRECTION_UNIT = value("nccl.tree_correction_unit_bytes")
+
+
+def tree_correction(nbytes, proto):
+    """NCCL's factor on a tree all-reduce's bandwidth for a message of ``nbytes`` with protocol index
+    ``proto`` (NVIDIA/nccl src/graph/tuning.cc ncclTopoGetAlgoTime: treeCorrectionFactor[proto][log2i(bytes >> 6)]
+    below 2^23 x 64 B = 512 MiB; 1 outside it). Floats or arrays."""
+    b = np.asarray(nbytes, dtype=float)
+    idx = np.floor(np.log2(np.maximum(b, 1.0) / _TREE_CORRECTION_UNIT)).astype(int)
+    inside = (b >= _TREE_CORRECTION_UNIT) & (idx < _TREE_CORRECTION.shape[1])
+    p = np.asarray(proto, dtype=int)
+    out = np.where(inside, _TREE_CORRECTION[p, np.clip(idx, 0, _TREE_CORRECTION.shape[1] - 1)], 1.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def _tree_correction_one(nbytes: float, proto: int) -> float:
+    """``tree_correction`` of one message in plain floats."""
+    if nbytes < _TREE_CORRECTION_UNIT:
+        return 1.0
+    idx = int(nbytes // _TREE_CORRECTION_UNIT).bit_length() - 1
+    return float(_TREE_CORRECTION[proto, idx]) if idx < _TREE_CORRECTION.shape[1] else 1.0
 _NVLS_TREE_STAGES_PER_LEVEL = int(value("nccl.nvls_tree_stages_per_level"))
 
 
@@ -238,8 +268,16 @@ def pipeline_fill_s(nbytes, inv, lanes, fill_rounds, max_chunk, tree):
 
 
 class NetworkPricer:
-    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile):
+    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile, protocols: Sequence[str] | None = None):
+        """``protocols``: the NCCL protocols the fabric allows (NCCL_PROTO; None: all three). A network
+        plugin that cannot guarantee 128-byte ordered delivery restricts NCCL to Simple (aws-ofi-nccl on
+        EFA without in-order 128-byte writes: src/platform-aws.cpp sets NCCL_PROTO=simple)."""
         self.cluster = cluster
+        unknown = [p for p in (protocols or ()) if p not in PROTOCOLS]
+        if unknown or (protocols is not None and not protocols):
+            raise SpecError("protocols", f"unknown or empty NCCL protocol list {list(protocols or ())!r}",
+                            f"name one or more of {', '.join(PROTOCOLS)}")
+        self.protocols = tuple(PROTOCOLS) if protocols is None else tuple(protocols)
         node = cluster.node
         self.G = node.gpus_per_node
         self.nvlink = node.gpu_scaleup_bandwidth * profile.nvlink_efficiency
@@ -346,7 +384,9 @@ class NetworkPricer:
         key = (kind, pl)
         got = self._options.get(key)
         if got is None:
-            rows = [tuple(r) + _NO_PIPE if len(r) == 4 else tuple(r) for r in self._menu(kind, pl)]
+            allowed = {PROTOCOLS.index(p) for p in self.protocols}
+            rows = [tuple(r) + _NO_PIPE if len(r) == 4 else tuple(r) for r in self._menu(kind, pl)
+                    if int(r[_PROTO_COL]) in allowed]
             got = self._options[key] = np.array(rows, dtype=float).reshape(-1, _COLS)
         return got
 
@@ -505,7 +545,9 @@ class NetworkPricer:
     def _pick(opts: np.ndarray, nbytes: float) -> tuple[int, float]:
         """(row, seconds): the fastest row for ``nbytes`` (latency + bytes / bandwidth + its chunk
         pipeline's fill) and its time."""
-        t = opts[:, _LAT_COL] + nbytes * opts[:, _INV_COL]
+        inv = opts[:, _INV_COL] / np.where(opts[:, _ALG_COL] == _TREE_ALGO,
+                                            tree_correction(nbytes, opts[:, _PROTO_COL].astype(int)), 1.0)
+        t = opts[:, _LAT_COL] + nbytes * inv
         if np.any(opts[:, _OPS_COL] > 0):
             t = t + pipeline_fill_s(nbytes, opts[:, _INV_COL], opts[:, _OPS_COL], opts[:, _FILL_COL],
                                     opts[:, _CHUNK_COL], opts[:, _ALG_COL] == _NVLS_TREE)
@@ -542,10 +584,12 @@ class NetworkPricer:
         menu = self._lines.get(key)
         if menu is None:       # plain floats: one message at a time is faster without numpy
             menu = self._lines[key] = [(float(r[_LAT_COL]), float(r[_INV_COL]), float(r[_OPS_COL]),
-                                        float(r[_FILL_COL]), float(r[_CHUNK_COL]), int(r[_ALG_COL]) == _NVLS_TREE)
+                                        float(r[_FILL_COL]), float(r[_CHUNK_COL]), int(r[_ALG_COL]) == _NVLS_TREE,
+                                        int(r[_PROTO_COL]) if int(r[_ALG_COL]) == _TREE_ALGO else -1)
                                        for r in self.options(kind, pl)]
-        return min(lat + nbytes * inv + (_fill_one(nbytes, inv, lanes, fill, chunk, tree) if lanes else 0.0)
-                   for lat, inv, lanes, fill, chunk, tree in menu)
+        return min(lat + nbytes * inv / (_tree_correction_one(nbytes, corr) if corr >= 0 else 1.0)
+                   + (_fill_one(nbytes, inv, lanes, fill, chunk, tree) if lanes else 0.0)
+                   for lat, inv, lanes, fill, chunk, tree, corr in menu)
 
     def estimate(self, kind: str, nbytes: float, pl: GroupPlacement, algorithm: str = "auto") -> CollectiveEstimate:
         """One collective priced as ``time`` prices it (``algorithm="auto"``: NCCL's pick, the same
@@ -606,7 +650,11 @@ class NetworkPricer:
             table[j, :len(m)] = m
         nbytes = np.asarray(nbytes, dtype=float)
         rows = table[index]                                    # (collectives, width, columns)
-        t = rows[:, :, _LAT_COL] + nbytes[:, None] * rows[:, :, _INV_COL]
+        inv = rows[:, :, _INV_COL]
+        is_tree = rows[:, :, _ALG_COL] == _TREE_ALGO
+        if np.any(is_tree):
+            inv = inv / np.where(is_tree, tree_correction(nbytes[:, None], rows[:, :, _PROTO_COL].astype(int)), 1.0)
+        t = rows[:, :, _LAT_COL] + nbytes[:, None] * inv
         if np.any(rows[:, :, _OPS_COL] > 0):
             t = t + pipeline_fill_s(nbytes[:, None], rows[:, :, _INV_COL], rows[:, :, _OPS_COL], rows[:, :, _FILL_COL],
                                     rows[:, :, _CHUNK_COL], rows[:, :, _ALG_COL] == _NVLS_TREE)

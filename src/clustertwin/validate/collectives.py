@@ -48,6 +48,30 @@ NET_PLUGIN_LATENCY = {
 }
 
 
+# NCCL protocols a network plugin leaves NCCL (NCCL_PROTO), where it restricts them: run-id prefix ->
+# (protocols, source). EFA on p4d/p4de does not deliver 128-byte lines in order, and LL/LL128 rely on that
+# ordering, so the plugin sets NCCL_PROTO=simple; on p5 with its RDMA protocol it does not (aws/aws-ofi-nccl
+# pull request 280, "aws: Do not force NCCL_PROTO=simple on P5").
+_AWS_SIMPLE = ("aws/aws-ofi-nccl src/platform-aws.cpp (commit 2daf7d30) configure_ep_inorder: without "
+               "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES (p4d/p4de use the SENDRECV protocol) the plugin "
+               "sets NCCL_PROTO=simple 'as the LL/LL128 protocols can lead to data corruption without data delivery "
+               "ordering'; a p4d.24xlarge log shows it (aws/aws-ofi-nccl issue 715: 'Setting "
+               "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES not supported ... Setting NCCL_PROTO to \"simple\"'), "
+               "and AWS's EFA guidance of 2021 made NCCL_PROTO=simple a must (aws/aws-ofi-nccl issue 76)")
+NET_PLUGIN_PROTOCOLS = {
+    "aws-p4d": (("simple",), _AWS_SIMPLE),
+}
+
+
+def protocols_of(row: dict) -> tuple[str, ...] | None:
+    """The NCCL protocols a row's network plugin allows (None: NCCL's default, all three)."""
+    if int(row["nodes"]) > 1:
+        for prefix, (protos, _source) in NET_PLUGIN_PROTOCOLS.items():
+            if row["run_id"].startswith(prefix):
+                return protos
+    return None
+
+
 @dataclass(frozen=True)
 class Compared:
     run_id: str
@@ -121,10 +145,11 @@ def compare(path: str | Path) -> list[Compared]:
             if t is None or t <= 0:
                 continue
             cluster = cluster_of(row)
-            key = repr(cluster)
+            protocols = protocols_of(row)
+            key = repr((cluster, protocols))
             pricer = pricers.get(key)
             if pricer is None:
-                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu))
+                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu), protocols)
             n = int(row["num_gpus"])
             nbytes = float(row["bytes"])
             # the code path of `clustertwin collective` (and of the training model's collectives)
