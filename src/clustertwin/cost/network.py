@@ -155,7 +155,7 @@ def tree_correction(nbytes, proto):
     ``proto`` (NVIDIA/nccl src/graph/tuning.cc ncclTopoGetAlgoTime: treeCorrectionFactor[proto][log2i(bytes >> 6)]
     below 2^23 x 64 B = 512 MiB; 1 outside it). Floats or arrays."""
     b = np.asarray(nbytes, dtype=float)
-    idx = np.floor(np.log2(np.maximum(b, 1.0) / _TREE_CORRECTION_UNIT)).astype(int)
+    idx = np.frexp(np.maximum(b, 1.0) / _TREE_CORRECTION_UNIT)[1] - 1      # floor(log2), exact
     inside = (b >= _TREE_CORRECTION_UNIT) & (idx < _TREE_CORRECTION.shape[1])
     p = np.asarray(proto, dtype=int)
     out = np.where(inside, _TREE_CORRECTION[p, np.clip(idx, 0, _TREE_CORRECTION.shape[1] - 1)], 1.0)
@@ -166,7 +166,7 @@ def _tree_correction_one(nbytes: float, proto: int) -> float:
     """``tree_correction`` of one message in plain floats."""
     if nbytes < _TREE_CORRECTION_UNIT:
         return 1.0
-    idx = int(nbytes // _TREE_CORRECTION_UNIT).bit_length() - 1
+    idx = math.frexp(nbytes / _TREE_CORRECTION_UNIT)[1] - 1
     return float(_TREE_CORRECTION[proto, idx]) if idx < _TREE_CORRECTION.shape[1] else 1.0
 _NVLS_TREE_STAGES_PER_LEVEL = int(value("nccl.nvls_tree_stages_per_level"))
 
@@ -300,7 +300,7 @@ class NetworkPricer:
         self.extra_intra = max(0.0, cluster.intra_node_latency_s - _lat("nvlink", "ring", "ll128"))
         self.extra_inter = max(0.0, cluster.inter_node_latency_s - _lat("net", "ring", "ll128"))
         self._options: dict[tuple[str, GroupPlacement], np.ndarray] = {}
-        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float, float, float, float, bool]]] = {}
+        self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float, float, float, float, bool, int]]] = {}
 
     # ---- the fabric --------------------------------------------------------------------------------
     def _taper(self, pl: GroupPlacement) -> float:
@@ -587,7 +587,7 @@ class NetworkPricer:
                                         float(r[_FILL_COL]), float(r[_CHUNK_COL]), int(r[_ALG_COL]) == _NVLS_TREE,
                                         int(r[_PROTO_COL]) if int(r[_ALG_COL]) == _TREE_ALGO else -1)
                                        for r in self.options(kind, pl)]
-        return min(lat + nbytes * inv / (_tree_correction_one(nbytes, corr) if corr >= 0 else 1.0)
+        return min(lat + nbytes * (inv / _tree_correction_one(nbytes, corr) if corr >= 0 else inv)
                    + (_fill_one(nbytes, inv, lanes, fill, chunk, tree) if lanes else 0.0)
                    for lat, inv, lanes, fill, chunk, tree, corr in menu)
 
