@@ -238,6 +238,8 @@ def _model_value(row_id: str) -> float | None:
         return rebalanced_throughput(llama2_70b_256().graph.plan, 2.0) / (1 / 2.0)
     if row_id == "b200_gpu_failures":
         return load_fleet("lablup-b200-504").job_rates_per_s(504, 8, 8)["gpu"] * 55 * 86400
+    if row_id in GEMINI_ROWS:
+        return gemini_value(row_id)
     if row_id == "byterobust_ettr":
         return estimate_goodput(llama3_405b(9600, 75, 1200), 9.4e12, fleet="llama3-16k",
                                 policy="in-memory-checkpoint+hot-spare").effective_training_time_ratio
@@ -254,6 +256,61 @@ def trainmover_waste_per_week(detection: str = "collective-tracing") -> dict[str
         waste = g.gpu_hours - g.num_gpus * (g.ideal_time_to_train_s + g.lost_s["stragglers"]) / HOUR
         out[pol] = waste / (g.expected_time_to_train_s / (7 * 86400))
     return out
+
+
+# GEMINI (Wang et al., SOSP'23) sec. 6 and its artifact (github.com/zhuangwang93/Gemini_SOSP23,
+# examples/SOSP_AE/AE_figures.ipynb, the code of its Fig. 14): a 100B model on 16 p4d.24xlarge (8 A100 40GB
+# each, 400 Gb/s EFA), DeepSpeed ZeRO-3, FSx remote storage at 20 Gb/s aggregate, ~6 min to restart the
+# training after a failure. The model's layer shape and the batch are not given there: GPT-3 175B's layer,
+# 55 layers (100.3B parameters), and 512 x 1,024 tokens per step stand in.
+GEMINI_ROWS = ("gemini_ckpt_remote_s", "gemini_waste_strawman_min", "gemini_waste_gemini_min", "gemini_recovery",
+               "gemini_ettr_gemini_1", "gemini_ettr_strawman_1", "gemini_ettr_gemini_8", "gemini_ettr_strawman_8",
+               "gemini_ettr_highfreq_1")
+GEMINI_SETTING = dict(storage_write_bandwidth_bytes_per_s="20Gbps", storage_read_bandwidth_bytes_per_s="20Gbps",
+                      node_storage_bandwidth_bytes_per_s="20Gbps", detection_s=0.0, reschedule_s=0.0, init_s=360.0,
+                      warmup_steps=0, stragglers=False, planned_interruptions=False)
+
+
+@lru_cache(maxsize=None)
+def gemini_100b():
+    from clustertwin.catalog import load_model, load_node
+    from clustertwin.specs.hardware import ClusterSpec
+    model = load_model("gpt3-175b").model_copy(update={"name": "gemini-100b", "num_layers": 55})
+    p4d = load_node("dgx-a100-40gb").model_copy(update={"name": "p4d.24xlarge", "nics_per_node": 4,
+                                                         "nic_bandwidth_bytes_per_s": 100e9 / 8})
+    cluster = ClusterSpec(name="p4d-16", node=p4d, num_nodes=16)
+    return predict(model, cluster=cluster, num_gpus=128, plan="tp=1,pp=1,dp=128,zero=3,recompute=full",
+                   micro_batch=1, global_batch=512, seq_len=1024, framework="deepspeed")
+
+
+@lru_cache(maxsize=None)
+def gemini_run(scheme: str, failures_per_day: float):
+    """GEMINI's three schemes at ``failures_per_day``: Strawman (checkpoints to remote storage every 3 h,
+    the BLOOM setup it cites), HighFreq (to remote storage as often as the storage allows) and GEMINI."""
+    p = gemini_100b()
+    opts = dict(GEMINI_SETTING, mtbf_s=86400.0 / failures_per_day)
+    if scheme == "gemini":
+        return estimate_goodput(p, 1e11, policy="in-memory-checkpoint", **opts)
+    if scheme == "strawman":
+        return estimate_goodput(p, 1e11, checkpoint_mode="async", checkpoint_interval_s=3 * HOUR, **opts)
+    save = estimate_goodput(p, 1e11, checkpoint_mode="async", **opts).checkpoint.save_s
+    return estimate_goodput(p, 1e11, checkpoint_mode="async", checkpoint_interval_s=save, **opts)
+
+
+def waste_per_failure_s(e) -> float:
+    """Time a failure costs: its recovery plus the work redone (GEMINI's T_wasted, sec. 2.2)."""
+    return (e.lost_s["restart"] + e.lost_s["rework"]) / e.expected_failures
+
+
+def gemini_value(row_id: str) -> float:
+    if row_id == "gemini_ckpt_remote_s":
+        return gemini_run("strawman", 1).checkpoint.save_s
+    if row_id == "gemini_recovery":
+        return waste_per_failure_s(gemini_run("strawman", 1)) / waste_per_failure_s(gemini_run("gemini", 1))
+    if row_id.startswith("gemini_waste_"):
+        return waste_per_failure_s(gemini_run(row_id.split("_")[2], 1)) / 60.0
+    _, _, scheme, f = row_id.split("_")
+    return gemini_run(scheme, float(f)).effective_training_time_ratio
 
 
 @lru_cache(maxsize=None)
