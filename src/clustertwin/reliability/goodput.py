@@ -88,6 +88,8 @@ class GoodputOptions(Frozen):
     migration_s: float | None = Field(None, ge=0)
     replan_s: float | None = Field(None, ge=0)
     replan_step_time_s: float | None = Field(None, gt=0, description="the degraded plan's step time (replan)")
+    step_time_s: float | None = Field(None, gt=0, description="a measured step time to price instead of the "
+                                      "prediction's (a paper's setting as it states it)")
     replanner: Any = Field(None, description="callable(prediction, num_gpus) -> (step_time_s, plan text) or None")
     gpu_hour_price: float | None = Field(None, gt=0)
 
@@ -501,7 +503,7 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
     job = prediction.job
     cluster = job.cluster
     steps = _count_steps(tokens, job.tokens_per_step)
-    step = prediction.step_time_s
+    step = opts.step_time_s if opts.step_time_s is not None else prediction.step_time_s
     # failures: a fleet sets the failure model (and fail-slow events, and how init scales)
     fleet = None
     if opts.fleet is not None:
@@ -567,8 +569,12 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
                          **{k: getattr(opts, k) for k in ("migration_s", "replan_s") if getattr(opts, k) is not None})
     cfg_used = cfg.model_copy(update={"hot_spares": eff.spares})
     rm = restart_model(cfg_used, costs, step_eff, replace_rate, lam, branches=eff.branches_s)
-    params = RunParams(work_s=steps * step_eff, step_s=step_eff, interval_steps=1, blocking_s=costs.blocking_s,
-                       persist_s=costs.persist_s, rate_per_s=lam, planned_rate_per_s=mu,
+    # with the state in the surviving replicas (elastic-dp, no sharded optimizer) the recovery point is the last
+    # completed step and no periodic checkpoint is needed to recover from a node failure (Oobleck, Bamboo)
+    held = eff.state_in_replicas
+    params = RunParams(work_s=steps * step_eff, step_s=step_eff, interval_steps=1,
+                       blocking_s=0.0 if held else costs.blocking_s,
+                       persist_s=0.0 if held else costs.persist_s, rate_per_s=lam, planned_rate_per_s=mu,
                        restart_values_s=rm.values_s, restart_probs=rm.probs, planned_restart_s=rm.planned_s,
                        planned_cost_s=eff.planned_cost_s,
                        slow_rate_per_s=fail_slow.job_rate_per_s(cluster.num_nodes), slow_cost_s=eff.slow_cost_s,
@@ -602,7 +608,9 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     steps: int = x["steps"]
     costs: CheckpointCosts = x["costs"]
     # the interval
-    if opts.checkpoint_interval_s == "auto":
+    if x["policy"].state_in_replicas:
+        k, source = 1, "replicas"
+    elif opts.checkpoint_interval_s == "auto":
         k = optimal_interval_steps(params, steps)
         source = "optimal"
     else:
@@ -619,7 +627,8 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     params = params.with_interval(k)
     res = expected_time(params)
     assert isinstance(res, AnalyticResult)
-    ideal = steps * prediction.step_time_s
+    step_s = opts.step_time_s if opts.step_time_s is not None else prediction.step_time_s
+    ideal = steps * step_s
     lost = {"checkpointing": res.checkpointing_s, "rework": res.rework_s, "restart": res.restart_s,
             "stragglers": params.work_s - ideal}
     if params.slow_rate_per_s > 0:
@@ -635,7 +644,7 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     assert isinstance(t_young, AnalyticResult)
     g_young = ideal / t_young.total_s if math.isfinite(t_young.total_s) else 0.0
     est = GoodputEstimate(
-        tokens=float(parse_quantity(tokens, "count", "tokens")), steps=steps, step_time_s=prediction.step_time_s,
+        tokens=float(parse_quantity(tokens, "count", "tokens")), steps=steps, step_time_s=step_s,
         ideal_time_to_train_s=ideal, expected_time_to_train_s=res.total_s,
         checkpoint_interval_s=params.tau_s, checkpoint_interval_steps=k, expected_failures=res.failures,
         expected_planned_interruptions=res.planned, lost_s=lost, mtbf_s=mtbf,

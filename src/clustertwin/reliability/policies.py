@@ -140,13 +140,15 @@ class PolicyEffects:
     degraded_base_s: float = 0.0               # branch (c) without the degraded time (the Monte Carlo plays it)
     return_delay_s: float = 0.0                # failure to the replacement's arrival
     notes: tuple[str, ...] = ()
+    state_in_replicas: bool = False            # the survivors hold the whole state: a failure loses the step in flight
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "parts": list(self.parts), "recovery_branches_s": list(self.branches_s),
                 "planned_cost_s": self.planned_cost_s, "fail_slow_cost_s": self.slow_cost_s, "spares": self.spares,
                 "spare_gpus": self.spare_gpus, "host_memory_bytes_per_node": self.host_memory_bytes_per_node,
                 "degraded_throughput": self.degraded_throughput, "degraded_s": self.degraded_s,
-                "rejoin_s": self.rejoin_s, "replan_source": self.replan_source, "notes": list(self.notes)}
+                "rejoin_s": self.rejoin_s, "replan_source": self.replan_source, "notes": list(self.notes),
+                "state_in_replicas": self.state_in_replicas}
 
 
 def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, config, spares: int,
@@ -165,6 +167,7 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
     degraded_s = 0.0
     rejoin = 0.0
     degraded_base = return_delay = 0.0
+    held = False
     live = "live-migration" in parts
     if live:
         in_place = rec.detection_s + rec.stop_s + migration_s
@@ -182,7 +185,11 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
             sharded = getattr(plan, "zero_stage", 0) >= 1 and plan.dp > 1
             load = rec.load_s if sharded else 0.0
             if not sharded:
-                notes.append("elastic-dp: every replica holds the full state; no checkpoint load")
+                # Oobleck (Jang et al., SOSP'23), abstract: "relies on already-replicated model states across the
+                # replicas to provide fast recovery": the survivors go on from the last completed step
+                notes.append("elastic-dp: every replica holds the full state; no checkpoint load, no rollback "
+                             "beyond the step in flight")
+                held = True
             base = rec.detection_s + rec.stop_s + rec.init_s + load + rec.warmup_s
             rejoin = rec.init_s + copy_s + rec.warmup_s
         else:
@@ -203,6 +210,10 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
         # resumed on the survivors after `base`, so it runs degraded for what is left of that wait
         degraded_s = max(0.0, rec.detection_s + rec.stop_s + rec.reschedule_s - base)
         no_spare = base + (1.0 - degraded) * degraded_s + rejoin
+        if held:
+            # no checkpoint is reloaded after any failure: a node that restarts in place (or is swapped for a
+            # spare) leaves and rejoins at once, copying the state from a surviving replica
+            in_place = spare_b = base + rejoin
         degraded_base, return_delay = base, rec.detection_s + rec.stop_s + rec.reschedule_s
     legacy = parts == ("restart",)        # --hot-spares with the default policy keeps its meaning
     n_spares = spares if uses_spares(parts) or legacy else 0
@@ -224,7 +235,8 @@ def policy_effects(parts: tuple[str, ...], *, prediction, parts_rec, costs, conf
                          planned_cost_s=planned_cost, slow_cost_s=slow_cost, spares=n_spares, spare_gpus=n_spares * g,
                          host_memory_bytes_per_node=host_mem, degraded_throughput=degraded, degraded_s=degraded_s,
                          rejoin_s=rejoin, replan_source=replan_source if "replan" in parts else None,
-                         notes=tuple(notes), degraded_base_s=degraded_base, return_delay_s=return_delay)
+                         notes=tuple(notes), degraded_base_s=degraded_base, return_delay_s=return_delay,
+                         state_in_replicas=held)
 
 
 def check_spares(value: Any) -> int | None:
