@@ -210,7 +210,7 @@ def test_h100_sxm_numbers():
 
 @pytest.mark.parametrize("name,bw", [
     ("a100-40gb", 1.555e12), ("a100-80gb", 2.039e12), ("h100-sxm", 3.35e12), ("h100-pcie", 2.0e12),
-    ("h800", 3.35e12), ("h200", 4.8e12), ("b200", 8.0e12), ("mi300x", 5.3e12), ("mi250x", 3.2768e12 / 2),
+    ("h800", 3.35e12), ("h200", 4.8e12), ("b200", 7.7e12), ("mi300x", 5.3e12), ("mi250x", 3.2768e12 / 2),
 ])
 def test_hbm_bandwidths(name, bw):
     assert load_gpu(name).hbm_bandwidth_bytes_per_s == pytest.approx(bw, rel=1e-3)

@@ -63,14 +63,65 @@ _H100_COPY = ("shared/calibration h100-sxm_microbench_2026-11-22.csv: a 2 GiB co
 _NCCL_A100 = "nccl-tests on DGX A100: all-reduce bus bandwidth ~230 GB/s of NVLink 3's 300 GB/s per direction"
 _NCCL_H100 = "nccl-tests on DGX H100: all-reduce bus bandwidth ~360-370 GB/s of NVLink 4's 450 GB/s per direction"
 _NCCL_IB = "nccl-tests across DGX nodes: InfiniBand/RoCE bus bandwidth ~90-95% of line rate"
-_BLACKWELL = "assumed: close to Hopper until a B200 is measured (no public sustained figures at hand)"
 _MI300X_GEMM = ("public MI300X GEMM benchmarks: hipBLASLt BF16 ~600-700 of the 1,307 TFLOP/s peak "
                 "(0.46-0.54)")
 _CDNA = "assumed: no CDNA measurement at hand; set below the NVIDIA figures, as MI300X's public GEMM results are"
 _GENERIC = ("assumed: the generic HardwareProfile default from before the per-architecture fill terms; "
             "no measurement of this architecture at hand")
-_BLACKWELL_CAPPED = ("assumed: Hopper's sustained figure for the same dtype (no Blackwell measurement at hand; "
-                     "no efficiency above Hopper's until one says otherwise)")
+# Blackwell (B200 at 1,000 W; GB200 at up to 1,200 W): published measurements. A figure a benchmark took in a
+# short run at boost clocks is not the sustained one: under continuous tensor load a B200 falls from 1,965 to
+# ~1,580 MHz at ~1,000 W and FA4 from 1,450 to 1,237 TFLOP/s (x 0.853; _B200_THROTTLE). Where no Blackwell
+# measurement exists the figure says "assumed:" and is not above Hopper's sustained one (issue 16, regime 7).
+_B200_THROTTLE = ("flashinfer-ai/flashinfer#2899 (B200): sustained back-to-back kernels draw ~1,000 W and the SM "
+                  "clock falls from 1,965 to ~1,580 MHz; BF16 FA4 forward (b=4, s=8192, 16 heads, d=128) falls "
+                  "from 1,450 to 1,237 TFLOP/s (x 0.853)")
+_AZURE_GB200 = ("Azure/AI-benchmarking-guide Azure_Results ND_GB200_v6 and ND_H200_v5 (cuBLASLt FP8, random "
+                "data, 10,000 warm-up iterations, i.e. at sustained clocks): GB200 8192^3 2,877, 16384^3 2,907, "
+                "6144x12288x12288 2,896 TFLOP/s = 0.575-0.581 of its 5.0 PFLOP/s dense FP8; H200 1,301 / 1,366 "
+                "/ 1,318 = 0.657-0.690 of 1,979")
+_BW_GEMM_RATIO = 0.575 / 0.657   # Blackwell / Hopper sustained FP8 GEMM efficiency, same harness: 0.875
+_BLACKWELL_BF16 = ("Hopper's 0.72 (measured on H100: profile.hopper.gemm_efficiency.bf16) x 0.875, the "
+                   "Blackwell/Hopper sustained-efficiency ratio of the same cuBLASLt harness (" + _AZURE_GB200 +
+                   "); agrees with a direct B200 measurement: pytorch/ao#2427 torch.matmul BF16 (cuBLAS) 4096^3 "
+                   "1.41, 6144^3 1.45, 8192^3 1.42 PFLOP/s = 0.63-0.65 of 2.25 (short runs); vllm-project/vllm"
+                   "#19566 (sm100) torch BF16 16384x4096x4096 1,512 TFLOP/s (0.67); MLPerf Training v4.1 (NVIDIA technical "
+                   "blog 'Blackwell Doubles LLM Training Performance in MLPerf Training v4.1', Nov. 2024): HGX "
+                   "B200 at 1,000 W 2.0x H100 per GPU on GPT-3 175B (FP8), against a 2.27x FP8 peak ratio (0.88)")
+_BLACKWELL_FP8 = (_AZURE_GB200 + ": 0.575-0.581 after the shape efficiency (~0.965 at these shapes) is 0.60; "
+                  "in short runs: triton-lang/triton#9044 (B200, cuBLAS 13.1) MXFP8 (1x32 E8M0 block scales) 8192^3 "
+                  "2,850 TFLOP/s (0.63 of 4.5), vllm-project/vllm#19566 (sm100) per-tensor FP8 16384x4096x4096 "
+                  "2,544 (0.57); GB200's fraction of its own (higher-clocked) peak taken for B200")
+_BLACKWELL_FP4 = ("pytorch/ao#2427 (B200) NVFP4 GEMM 6144^3 5.50, 8192^3 5.37 PFLOP/s = 0.60-0.61 of 9 PFLOP/s "
+                  "dense FP4; Azure ND_GB200_v6 cuBLASLt FP4 reaches 7.5 of 10 PFLOP/s (0.75) at 8192^3 on the "
+                  "1,200 W part, not taken for the 1,000 W B200")
+_BLACKWELL_ATTN = ("FlashAttention-4 (Zadouri et al. 2026: on B200 up to 1,613 TFLOP/s BF16, 71% of peak, and up "
+                   "to 1.3x cuDNN 9.13), in Dao-AILab/flash-attention#2280 (sm100) causal, d=128, s=8192: forward "
+                   "1,418, backward 1,118 (1-CTA) / 1,209 (2-CTA) TFLOP/s = 0.63 / 0.50-0.54 of 2.25 in short runs; "
+                   "x 0.853 sustained (" + _B200_THROTTLE + ") / (8192 / (8192 + 1024)) gives 0.60 forward, "
+                   "0.48 backward; below Hopper's FA3 0.70 / 0.58")
+_BLACKWELL_SEQ_HALF = ("Dao-AILab/flash-attention#2605 (sm100, cuDNN and FA4, causal, d=64): forward 627, 826, 977, "
+                       "1,071, 1,115 TFLOP/s at 1K, 2K, 4K, 8K, 16K keys, i.e. 0.56 / 0.74 / 0.88 / 0.96 of the "
+                       "16K rate; s/(s + 1024), relative to 16K, gives 0.53 / 0.71 / 0.85 / 0.94 (as Hopper's FA3)")
+_BLACKWELL_FA2 = ("Azure/AI-benchmarking-guide (benchmark_flash_attention.py, FlashAttention-2, causal, d=128, "
+                  "b=2, s=8192, forward + backward): GB200 373.9 TFLOP/s = 0.150 of its 2.5 PFLOP/s BF16, H200 "
+                  "329.3 = 0.333 of 989: FA2's mma.sync path does not use Blackwell's tcgen05 tensor cores; "
+                  "Hopper's FA2 figures x 0.449")
+_BLACKWELL_SHAPE = ("Hopper's figure, checked against Blackwell GEMMs by shape (Azure/AI-benchmarking-guide "
+                    "ND_GB200_v6 cuBLASLt FP8, sustained): with fp8 0.60, K_half 256 and wave 0.5 on 148 SMs the model gives "
+                    "0.50 / 0.53 / 0.58 / 0.59 of peak at 2048^3 / 4096^3 / 8192^3 / 16384^3 and 0.58 at "
+                    "6144x12288x12288 against measured 0.45 / 0.57 / 0.575 / 0.58 and 0.58 (K_half 512: 0.45 / "
+                    "0.50 / 0.56 / 0.58, no better)")
+_BLACKWELL_ASSUMED = ("assumed: Hopper's figure (no Blackwell measurement at hand; no efficiency above Hopper's "
+                      "sustained one until a measurement says otherwise)")
+_BLACKWELL_MEM = ("assumed: Hopper's figure (profile.hopper.memory_efficiency, from a measured H100 copy) on "
+                  "B200's corrected 7.7 TB/s peak; no B200 STREAM measurement at hand (a CUDA-samples "
+                  "bandwidthTest device-to-device copy on HGX B200 moves 'over 6,000 GB/s', newmind.ai 2025: "
+                  "a lower bound of 0.78)")
+_BLACKWELL_NVLINK = ("Azure/AI-benchmarking-guide ND_GB200_v6 (NVLink 5, 4 GPUs of an NVL72 rack, NCCL 2.25.1): "
+                     "all_reduce_perf ring, in-place, 8 GB: bus bandwidth 679.6 GB/s of the 900 GB/s per direction "
+                     "(0.755; 4 GB 673, 2 GB 667); below Hopper's 0.81")
+_BLACKWELL_NIC = ("assumed: Hopper's figure (" + _NCCL_IB + "); DGX B200 ships the same ConnectX-7 400 Gb/s NICs "
+                  "as DGX H100 (NVIDIA DGX B200 user guide); no multi-node B200 nccl-tests at hand")
 
 _GEMM_EFF = "GEMM time: fraction of the dtype's datasheet peak a large {dtype} GEMM sustains on {arch}"
 _ATTN = "attention time: fraction of the BF16 peak {kind} reaches {phase} on {arch} at long rows"
@@ -163,13 +214,16 @@ _PROFILES: list[Constant] = [
         mem=(0.88, _H100_COPY), nvlink=(0.81, _NCCL_H100), nic=(0.93, _NCCL_IB)),
     *_profile(
         "blackwell",
-        # no measured Blackwell efficiency is at hand: none above Hopper's sustained figures (issue 16,
-        # regime 7); fp4 has no Hopper figure and takes fp8's
-        _gemm("blackwell", {"bf16": 0.72, "fp16": 0.72, "fp8": 0.60, "fp4": 0.60, "fp32": 0.80, "tf32": 0.68},
-              {d: _BLACKWELL_CAPPED for d in ("bf16", "fp16", "fp8", "fp4", "fp32", "tf32")}),
-        wave=(0.5, _BLACKWELL), k_half=(256, _BLACKWELL), fwd=(0.60, _BLACKWELL), bwd=(0.45, _BLACKWELL),
-        seq_half=(256.0, _GENERIC),
-        mem=(0.88, _BLACKWELL), nvlink=(0.80, _BLACKWELL), nic=(0.93, _BLACKWELL)),
+        _gemm("blackwell", {"bf16": 0.63, "fp16": 0.63, "fp8": 0.60, "fp4": 0.60, "fp32": 0.80,
+                            "tf32": round(0.68 * _BW_GEMM_RATIO, 3)}, {
+            "bf16": _BLACKWELL_BF16, "fp16": _BLACKWELL_BF16, "fp8": _BLACKWELL_FP8, "fp4": _BLACKWELL_FP4,
+            "fp32": "assumed: Hopper's figure (FP32 GEMMs run on the SIMT units; no measurement at hand)",
+            "tf32": "assumed: Hopper's 0.68 (itself assumed) x 0.875, the measured Blackwell/Hopper sustained "
+                    "tensor-core ratio (" + _AZURE_GB200 + ")"}),
+        wave=(0.5, _BLACKWELL_SHAPE), k_half=(256, _BLACKWELL_SHAPE),
+        fwd=(0.60, _BLACKWELL_ATTN), bwd=(0.48, _BLACKWELL_ATTN), seq_half=(1024, _BLACKWELL_SEQ_HALF),
+        fa2=(round(0.36 * 0.449, 3), round(0.31 * 0.449, 3), 512, _BLACKWELL_FA2),
+        mem=(0.88, _BLACKWELL_MEM), nvlink=(0.755, _BLACKWELL_NVLINK), nic=(0.93, _BLACKWELL_NIC)),
     *_profile(
         "cdna",
         _gemm("cdna", {"bf16": 0.52, "fp16": 0.52, "fp8": 0.45, "fp32": 0.7, "tf32": 0.5}, {
@@ -648,6 +702,12 @@ _POWER: list[Constant] = [
     Constant("power.reference_clock_mhz.h100-pcie", 1620, "MHz",
              _PEAK_CLOCK.format(flops="4096", arch="Hopper") + ": 756.5 TFLOP/s / (114 x 4096) = 1.62 GHz",
              "--clock: the SM clock the datasheet peaks refer to"),
+    Constant("power.reference_clock_mhz.b200", 1856, "MHz",
+             "the clock the datasheet's dense BF16 peak implies: 2.25 PFLOP/s / (148 SMs x 8192 dense BF16 tensor "
+             "FLOP per clock per SM on sm100, NVIDIA/cudnn-frontend benchmarks' _FLOPS_PER_CLOCK_PER_SM) = 1.856 "
+             "GHz; the boost clock is 1,965 MHz and sustained tensor load at 1,000 W holds ~1,580 MHz "
+             "(flashinfer-ai/flashinfer#2899), which the profile's sustained efficiencies include",
+             "--clock: the SM clock the datasheet peaks (and the profile's efficiencies) refer to"),
     Constant("power.static_fraction", 0.2, "fraction of TDP",
              "assumed: power a busy-waiting GPU draws at its clocks without tensor or memory work (leakage at "
              "operating temperature, HBM refresh, board), 80 W of an A100's 400 W; Perseus (Chung et al., "

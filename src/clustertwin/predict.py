@@ -11,11 +11,11 @@ True
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cost.profile import HardwareProfile
+from .cost.profile import HardwareProfile, profile_assumption
 from .jobs import (DEFAULT_GLOBAL_BATCH, DEFAULT_GPU, DEFAULT_MICRO_BATCH, DEFAULT_MODEL,  # noqa: F401 (re-exported)
                    DEFAULT_NUM_GPUS, DEFAULT_PLAN, DEFAULT_SEQ_LEN, JobOptions, job_from_options,
                    make_training_job, resolve_cluster)
@@ -32,6 +32,7 @@ class Prediction:
     graph: WorkloadGraph
     step: StepEstimate
     memory: MemoryEstimate
+    profile: HardwareProfile | None = field(default=None, compare=False, repr=False)   # what priced it
 
     @property
     def step_time_s(self) -> float:
@@ -139,6 +140,13 @@ class Prediction:
         return estimate_energy(self)
 
     @property
+    def assumptions(self) -> list[str]:
+        """What the prediction assumes about the hardware: the unmeasured figures of a Blackwell
+        profile (issue 16, regime 7); empty where the profile's figures are measured."""
+        note = profile_assumption(self.job.cluster.gpu, self.profile)
+        return [note] if note else []
+
+    @property
     def expected_error(self) -> dict[str, Any]:
         """The step-time error band of runs like this one, cross-validated (``calibrate/bands.py``)."""
         from .calibrate.bands import expected_error
@@ -163,6 +171,7 @@ class Prediction:
             "num_microbatches": self.graph.num_microbatches,
             "bubble_fraction": self.step.breakdown_s["bubble"] / self.step_time_s,
             "expected_error": self.expected_error,
+            "assumptions": self.assumptions,
             **self.energy.summary(),
             **({"moe": self.moe_routing()} if self.job.model.is_moe else {}),
             "inputs": {
@@ -199,7 +208,7 @@ def predict_job(job: TrainingJob, profile: HardwareProfile | str | Path | None =
     profile = resolve_profile(profile, job)
     graph = build_graph(job)
     step, memory = price_plan(graph.plan, job.model, job.cluster, job.seq_len, job.framework, profile)
-    return Prediction(job, graph, step, memory)
+    return Prediction(job, graph, step, memory, profile)
 
 
 def predict(model: str | Path | ModelSpec | None = None, *, gpu: str | None = None, num_gpus: int | None = None,

@@ -8,7 +8,9 @@ The architecture defaults (``ARCH_PROFILES``) are read from the constant table
 (``clustertwin.constants``, entries ``profile.<architecture>.*``), where each figure carries its
 source: cuBLAS/hipBLASLt GEMM benchmarks and the shared H100 microbenchmarks for GEMMs,
 FlashAttention-2/3 (Dao 2023; Shah et al. 2024) for attention, STREAM-like copies for HBM, and
-nccl-tests bus bandwidths for NVLink and the NICs. Blackwell and CDNA figures are mostly assumed.
+nccl-tests bus bandwidths for NVLink and the NICs. Blackwell's GEMM, attention and NVLink figures come
+from published B200/GB200 benchmarks at sustained clocks (the rest is assumed, never above Hopper's);
+CDNA figures are mostly assumed. ``assumed_fields`` names a profile's assumed entries.
 Wave quantization: a GEMM whose tiles do not fill whole waves of SMs idles the rest of the last wave
 (NVIDIA GEMM performance guide); Hopper's persistent/stream-K kernels recover part of it.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, dataclass, field, fields, replace
 from typing import Any, Mapping, Protocol, TypeVar
 
-from ..constants import group
+from ..constants import ASSUMED, CONSTANTS, group
 from ..specs.hardware import GPUSpec
 
 
@@ -81,7 +83,8 @@ def _arch_profile(arch: str, **kw: Any) -> HardwareProfile:
 ARCH_PROFILES: dict[str, HardwareProfile] = {
     "ampere": _arch_profile("ampere"),
     "hopper": _arch_profile("hopper"),
-    "blackwell": _arch_profile("blackwell", source="assumed close to Hopper until measured"),
+    "blackwell": _arch_profile("blackwell", source="published B200/GB200 benchmarks at sustained clocks for GEMMs, "
+                               "attention and NVLink; the rest assumed at Hopper's figures (clustertwin.constants)"),
     "cdna": _arch_profile("cdna"),
 }
 
@@ -97,6 +100,33 @@ def architecture_of(gpu: GPUSpec) -> str:
     if name.startswith("mi") or gpu.vendor.lower() == "amd":
         return "cdna"
     return "hopper"
+
+
+def assumed_fields(arch: str) -> list[str]:
+    """The entries of ``arch``'s default profile whose figure is assumed, not measured (their source in
+    clustertwin.constants starts with "assumed:"), e.g. ``memory_efficiency`` or ``gemm_efficiency.tf32``."""
+    head = f"profile.{arch}."
+    return [c.name[len(head):] for c in CONSTANTS if c.name.startswith(head) and c.source.startswith(ASSUMED)]
+
+
+# architectures whose default profile is new enough that a prediction states what in it is assumed
+# (issue 16, regime 7: Blackwell and anything unmeasured)
+_STATED_ARCHITECTURES = ("blackwell",)
+
+
+def profile_assumption(gpu: GPUSpec, profile: HardwareProfile | None = None) -> str | None:
+    """One line for a prediction's assumptions: which figures of ``gpu``'s architecture defaults are
+    assumed rather than measured; None for a calibrated or measured profile, or an architecture whose
+    defaults are measured where it matters (Ampere, Hopper)."""
+    arch = architecture_of(gpu)
+    if arch not in _STATED_ARCHITECTURES or (profile is not None and profile != ARCH_PROFILES[arch]):
+        return None
+    fields = assumed_fields(arch)
+    if not fields:
+        return None
+    return (f"{gpu.name} ({arch}) profile: {', '.join(fields)} assumed (no {arch} measurement at hand; not "
+            f"above Hopper's sustained figures); the other efficiencies from published {arch} benchmarks "
+            f"(clustertwin.constants profile.{arch}.*)")
 
 
 def default_profile(gpu: GPUSpec) -> HardwareProfile:

@@ -252,6 +252,7 @@ def prediction_tables(p: Prediction) -> list:
     head = _fields(None, [
         ("step time", format_duration(p.step_time_s)),
         ("expected error", describe(p.expected_error)),
+        *([("assumed", "; ".join(p.assumptions))] if p.assumptions else []),
         ("tokens/s", f"{p.tokens_per_s:,.0f} ({p.tokens_per_s / job.cluster.num_gpus:,.0f} per GPU)"),
         ("model TFLOP/s per GPU", f"{p.tflops_per_gpu:,.1f}"),
         ("MFU / HFU", f"{p.mfu * 100:.1f}% / {p.hfu * 100:.1f}% of {format_si(p.peak_flops, 'FLOP/s')} (causal; "

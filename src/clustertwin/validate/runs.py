@@ -10,6 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ..catalog import cluster_for_gpu, load_cluster
+from ..cost.profile import profile_assumption
 from ..errors import ClusterTwinError, DataError
 from ..parallel.rules import JobFacts, PlanFacts, rule
 from ..specs import ModelSpec, TrainingJob, make_job, make_plan
@@ -309,6 +310,9 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         notes.append(f"{model.num_layers} layers do not split evenly over pp*vpp = {chunks} chunks: assumed as even as "
                      "possible, the spare layers on the middle chunks")
     plan = make_plan(**fields)
+    hardware = profile_assumption(cluster.gpu)   # Blackwell: which profile figures are assumed (issue 16)
+    if hardware:
+        notes.append(hardware)
     return make_job(model, cluster, plan, _int(r, "seq_len") or model.max_seq_len, framework)
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..cost.profile import profile_assumption
 from ..errors import ClusterTwinError, DataError
 
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
@@ -340,6 +341,9 @@ def validate_serving(rows: list[ServingRow], progress=None) -> ServingReport:
             try:
                 q = request_of(row.raw, notes, row.base_dir)
                 pred = predict_serving(q)
+                hardware = profile_assumption(pred.setup.cluster.gpu, pred.setup.profile)  # Blackwell (issue 16)
+                if hardware:
+                    notes.append(hardware)
                 got = (pred, notes, "" if pred.fits else f"does not fit: {pred.memory.reason or 'requests never finish'}")
             except ClusterTwinError as e:
                 got = (None, notes, e.one_line())
