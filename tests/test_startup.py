@@ -60,11 +60,48 @@ def test_predict_imports_only_what_a_prediction_needs() -> None:
 def test_the_command_line_loads_no_pricing_core_before_it_knows_the_command() -> None:
     res = _modules("--version")
     assert res["rc"] == 0
-    assert not {m.split(".")[0] for m in res["cli"]} & {"numpy", "pydantic", "yaml"}
+    assert not {m.split(".")[0] for m in res["cli"]} & {"numpy", "pydantic", "yaml", "rich"}
+    assert "rich" not in {m.split(".")[0] for m in res["after"]}   # --version prints no table
     for loaded in (res["cli"], res["after"]):   # (typer itself imports pydantic where it is installed)
         assert not {m.split(".")[0] for m in loaded} & ({"numpy", "yaml"} | NEVER)
         assert not {m for m in loaded if m.startswith(("clustertwin.specs", "clustertwin.predict",
                                                            "clustertwin.catalog", "clustertwin.schedule"))}
+
+
+def test_predict_json_imports_no_rich_and_tables_import_it() -> None:
+    """rich renders the tables only: `predict --json` (and the other built-ins' --json) never imports it
+    nor the tables' module; `predict` with its usual flags prints tables through it."""
+    res = _modules("predict", "-m", "gpt3-175b", "--gpu", "a100-80gb", "-n", "1024", "-p", "tp=8,pp=16,dp=8,sp=1",
+                   "--global-batch", "1536", "--seq-len", "2048", "--power-cap", "300W", "--json")
+    assert res["rc"] == 0
+    loaded = {m.split(".")[0] for m in res["after"]}
+    assert "rich" not in loaded and "clustertwin.report.console" not in res["after"]
+    assert not loaded & NEVER and {"numpy", "pydantic"} <= loaded
+    for args in (("describe", "--json"), ("list", "gpus", "--json")):
+        res = _modules(*args)
+        assert res["rc"] == 0 and "rich" not in {m.split(".")[0] for m in res["after"]}, args
+    res = _modules("predict", "-m", "gpt3-175b", "--gpu", "a100-80gb", "-n", "1024", "-p", "tp=8,pp=16,dp=8,sp=1")
+    assert res["rc"] == 0
+    assert {"rich.console", "rich.table", "clustertwin.report.console"} <= set(res["after"])
+    assert not {m.split(".")[0] for m in res["after"]} & NEVER
+
+
+def test_the_console_script_predict_json_imports_no_rich() -> None:
+    """The same through the console script's entry point (``run()``: the garbage-collector pause and the
+    environment defaults), as `clustertwin predict --json` starts."""
+    code = textwrap.dedent("""
+        import atexit, json, sys
+        atexit.register(lambda: sys.stderr.write("MODULES " + json.dumps(sorted(sys.modules)) + "\\n"))
+        sys.argv = ["clustertwin", "predict", "--json"]
+        from clustertwin.cli import run
+        run()
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["schema"] == 1
+    mods = json.loads(out.stderr.rsplit("MODULES ", 1)[1])
+    assert not {m.split(".")[0] for m in mods} & (NEVER | {"rich", "yaml"})
+    assert {m for m in mods if m.split(".")[0] == "clustertwin"} <= PREDICT_MODULES
 
 
 def test_the_api_names_load_on_first_use_and_stay_functions() -> None:

@@ -17,15 +17,29 @@ try:  # typer >= 0.20 vendors click
     from typer._click import exceptions as click_exc
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import exceptions as click_exc
-from rich.console import Console
 
 from . import __version__
 from .errors import ClusterTwinError
 
 app = typer.Typer(add_completion=False, no_args_is_help=False, rich_markup_mode=None,
                   help="Predict, plan and trace distributed LLM training on GPU clusters from specs alone.")
-console = Console()
 _state = {"debug": False}
+_CONSOLE: list = []   # the stdout console, made on first use: rich is imported only by a command that prints a table
+
+
+def _console():
+    """The command line's rich console on stdout (one per process). A command that prints JSON never
+    makes it, so ``--json`` runs import no rich (~20 ms of start-up on the 2-core machine)."""
+    if not _CONSOLE:
+        from rich.console import Console
+        _CONSOLE.append(Console())
+    return _CONSOLE[0]
+
+
+def __getattr__(name: str):
+    if name == "console":   # ``from clustertwin.cli import console`` (the subpackages' commands)
+        return _console()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Kind(str, Enum):
@@ -63,13 +77,14 @@ def describe(model: Optional[str] = ModelOpt, gpu: Optional[str] = GpuOpt, num_g
     """Describe a model and a cluster: parameters, FLOPs, peaks, memory and links."""
     from .catalog import load_model
     from .jobs import DEFAULT_MODEL, resolve_cluster
-    from .report.console import cluster_table, model_table
     m = load_model(model or DEFAULT_MODEL)
     c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
     if as_json:
         _emit_json({"schema": 1, "model": {**m.model_dump(), **m.summary()},
                     "cluster": {**c.model_dump(), "num_gpus": c.num_gpus}})
         return
+    from .report.console import cluster_table, model_table
+    console = _console()
     console.print(model_table(m))
     console.print(cluster_table(c))
 
@@ -80,12 +95,12 @@ def list_cmd(kind: Kind = typer.Argument(..., help="models, gpus, nodes or clust
              as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
     """List the catalog's presets and their sources."""
     from .catalog import list_presets
-    from .report.console import catalog_table
     rows = list_presets(kind.value)
     if as_json:
         _emit_json(rows)
         return
-    console.print(catalog_table(kind.value, rows, wide=wide))
+    from .report.console import catalog_table
+    _console().print(catalog_table(kind.value, rows, wide=wide))
 
 
 @app.command()
@@ -99,12 +114,12 @@ def predict(job: JobOptions, profile: Optional[Path],
     from .jobs import job_from_options
     from .power.energy import job_with_power, parse_power_flags
     from .predict import predict_job
-    from .report.console import prediction_tables, print_all
     pred = predict_job(job_with_power(job_from_options(job), *parse_power_flags(power_cap, clock)), profile)
     if as_json:
         _emit_json(pred.to_json())
         return
-    print_all(console, prediction_tables(pred))
+    from .report.console import prediction_tables, print_all
+    print_all(_console(), prediction_tables(pred))
 
 
 @app.command()
@@ -114,12 +129,12 @@ def compare(job: JobOptions, repeated: dict,
     """Two to eight plans (repeat --plan) or clusters (repeat --cluster or --gpu) side by side on the
     same job and global batch, with each one's difference from the first."""
     from .compare import compare as run_compare
-    from .report.console import compare_tables, print_all
     c = run_compare(job, plans=repeated["plan"], clusters=repeated["cluster"], gpus=repeated["gpu"])
     if as_json:
         _emit_json(c.to_json())
         return
-    print_all(console, compare_tables(c))
+    from .report.console import compare_tables, print_all
+    print_all(_console(), compare_tables(c))
 
 
 @app.command()
@@ -130,7 +145,6 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
     """Predict every measured run in FILES and report the error per row and the MAPE; with --cv source,
     out of sample."""
     from .errors import DataError
-    from .report.console import print_all, validation_tables
     from .validate import read_runs, validate_rows
     from .validate.serving import is_serving_csv
     serving = [is_serving_csv(f) for f in files]
@@ -150,7 +164,8 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
         if as_json:
             _emit_json(rep.to_json())
             return
-        print_all(console, validation_tables(rep))
+        from .report.console import print_all, validation_tables
+        print_all(_console(), validation_tables(rep))
         return
     if cv.strip().lower() != "source":
         raise DataError("cv", f"unknown grouping {cv!r}", "use --cv source (leave-one-source-out)")
@@ -159,7 +174,8 @@ def validate(files: list[Path] = typer.Argument(..., help="CSVs of measured runs
     if as_json:
         _emit_json(res.to_json())
         return
-    print_all(console, validation_tables(res.report, res))
+    from .report.console import print_all, validation_tables
+    print_all(_console(), validation_tables(res.report, res))
 
 
 # ---- commands of the subpackages: each module defines register(app) ----------------------------
@@ -191,7 +207,8 @@ _COMMANDS_OF: dict[str, tuple[str, ...]] = {
     "clustertwin.serve.cli": ("serve", "serve-search"),
 }
 _BUILTIN_COMMANDS = ("describe", "list", "predict", "compare", "validate")
-# The modules a built-in command imports when it runs, imported before it runs (``_load_command``).
+# The modules a built-in command imports when it runs, imported before it runs (``_load_command``);
+# the tables' module (and rich with it) only where the command prints tables, not with --json.
 _IMPORTS_OF: dict[str, tuple[str, ...]] = {
     "describe": ("clustertwin.jobs", "clustertwin.report.console"),
     "list": ("clustertwin.catalog", "clustertwin.report.console"),
@@ -214,7 +231,10 @@ def _register_subcommands(command: str = "") -> None:
             _registered.add(name)
 
 
-def _load_command(command: str) -> None:
+_TABLES_MODULE = "clustertwin.report.console"
+
+
+def _load_command(command: str, tables: bool = True) -> None:
     """Import what ``command`` needs. Run from the console script, the garbage collector is paused
     while they load (run()): the objects of a module load live as long as the process, and the
     collections the allocations would trigger find nothing to free (~5% of `predict`'s start).
@@ -224,7 +244,8 @@ def _load_command(command: str) -> None:
     try:
         _register_subcommands(command)
         for name in _IMPORTS_OF.get(command, ()):
-            importlib.import_module(name)
+            if tables or name != _TABLES_MODULE:
+                importlib.import_module(name)
     finally:
         if _state.get("gc_paused"):
             _state["gc_paused"] = False
@@ -244,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     registered = app.registered_commands
     try:
         version_only = not command and "--version" in args and "--help" not in args
-        _load_command("--version" if version_only else command)   # --version needs no command registered
+        _load_command("--version" if version_only else command,   # --version needs no command registered
+                      tables="--json" not in args)
         if command in _BUILTIN_COMMANDS:   # typer builds a click command of each one registered: only this one
             app.registered_commands = [c for c in registered if _command_name(c) == command]
         app(args=args, prog_name="clustertwin", standalone_mode=False)
