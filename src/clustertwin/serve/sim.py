@@ -277,8 +277,13 @@ class Simulator:
                         room = prompt + 1
                     else:
                         q = min(prompt, budget)
-                        if not e.chunked_prefill and q < prompt and (chunks or r.n_dec):
-                            break
+                        if not e.chunked_prefill and q < prompt:
+                            if chunks or r.n_dec:
+                                break
+                            # alone, a prompt longer than the budget is prefilled whole: without chunked
+                            # prefill vLLM sizes the budget to the longest sequence (max_num_batched_tokens
+                            # defaults to max(max_model_len, 2048), vLLM V0 SchedulerConfig; recalled)
+                            q = prompt
                         room = q
                     if r.kv_tokens + need + room + (running + 1) * self.waste > r.capacity:
                         break
