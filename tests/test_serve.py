@@ -405,3 +405,22 @@ def test_whole_prompt_prefill_never_lowers_first_token_latency_of_a_lone_long_pr
     chunked = predict_serving(ServeRequest(**q))
     whole = predict_serving(ServeRequest(**q, chunked_prefill=False))
     assert whole.latency("ttft_s")["mean"] <= chunked.latency("ttft_s")["mean"] * 1.0001
+
+
+def test_attention_dp_prefill_waits_for_the_rank_that_holds_the_sequence() -> None:
+    from clustertwin.serve.workload import StepPricer
+    adp = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, attention_dp=8, precision="fp8"))
+    tp = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8"))
+    assert tp.attention_dp_excess(((3200, 0),), 0) == 0.0 and adp.attention_dp_excess((), 64) == 0.0
+    lone = adp.attention_dp_excess(((3200, 0),), 0)
+    pg, pm = adp.prefill_attention(3200, 0)
+    # one rank runs all heads of the chunk: (adp - 1) x the even split's attention core, plus the
+    # projections of 3200 rows instead of 400
+    proj = adp._attention_projections(3200) - adp._attention_projections(400)
+    assert lone == pytest.approx((pg + pm) * 7 + proj, rel=1e-9)
+    assert proj > 0
+    # eight equal prompts land on eight ranks: nothing waits
+    assert adp.attention_dp_excess(((1024, 0),) * 8, 0) == pytest.approx(0.0, abs=1e-12)
+    c = adp.price(prefill=((3200, 0),), decode_seqs=16, decode_context=16 * 2000)
+    assert sum(c.breakdown().values()) == pytest.approx(c.total_s)
+    assert c.attention_s >= lone

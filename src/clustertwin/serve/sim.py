@@ -189,6 +189,7 @@ class Simulator:
         for q, c in prefill:
             pg, pm = p.prefill_attention(q, c)
             ag, am = ag + pg / micro, am + pm / micro
+        ag += p.attention_dp_excess(prefill, n_dec) / micro     # the most loaded attention-DP rank
         tensor, memory = g + hg + ag, mb + hm + am
         gpu = tensor + memory + comm
         graph = not prefill and seqs <= self.graph_max
