@@ -424,3 +424,12 @@ def test_attention_dp_prefill_waits_for_the_rank_that_holds_the_sequence() -> No
     c = adp.price(prefill=((3200, 0),), decode_seqs=16, decode_context=16 * 2000)
     assert sum(c.breakdown().values()) == pytest.approx(c.total_s)
     assert c.attention_s >= lone
+
+
+def test_serve_no_chunked_prefill_flag_reaches_the_engine(capsys) -> None:
+    code, out, err = run(capsys, "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--num-gpus", "1",
+                         "--num-requests", "4", "--concurrency", "1", "--input-len", "6000", "--output-len", "8",
+                         "--max-num-batched-tokens", "2048", "--no-chunked-prefill", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["fits"] is True and any(a.startswith("chunked prefill off") for a in d["assumptions"])
