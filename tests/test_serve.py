@@ -379,3 +379,57 @@ def test_engine_flags_in_notes_reach_the_request() -> None:
     assert q.num_scheduler_steps == 10 and q.enforce_eager and "adp=1" in q.plan
     row.update(notes="--tp 2 --enable-dp-attention", tp="2", num_gpus="2", dp_replicas="1")
     assert "adp=2" in request_of(row, []).plan
+
+
+def test_token_budget_and_chunked_prefill_flags_in_notes_reach_the_engine() -> None:
+    from clustertwin.serve.run import build_setup
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = "vllm serve --enable-chunked-prefill=False --max-num-batched-tokens 4096"
+    q = request_of(row, [])
+    assert q.chunked_prefill is False and q.max_num_batched_tokens == 4096
+    eng = build_setup(q)[0].engine
+    assert eng.chunked_prefill is False and eng.max_num_batched_tokens == 4096
+    row["notes"] = "trtllm-serve --max_batch_size 512 --max_num_tokens 16384"
+    q = request_of(row, [])
+    assert q.max_num_batched_tokens == 16384 and q.chunked_prefill is None
+    assert build_setup(q)[0].engine.chunked_prefill is True     # the engine default stays
+
+
+def test_whole_prompt_prefill_never_lowers_first_token_latency_of_a_lone_long_prompt() -> None:
+    # one request at a time: without chunking the prompt is prefilled in one iteration instead of
+    # budget-sized chunks, so the time to the first token cannot be longer than the chunked one
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=6000, output_len=16, concurrency=1,
+             num_requests=4, max_num_batched_tokens=2048, seed=0)
+    chunked = predict_serving(ServeRequest(**q))
+    whole = predict_serving(ServeRequest(**q, chunked_prefill=False))
+    assert whole.latency("ttft_s")["mean"] <= chunked.latency("ttft_s")["mean"] * 1.0001
+
+
+def test_attention_dp_prefill_waits_for_the_rank_that_holds_the_sequence() -> None:
+    from clustertwin.serve.workload import StepPricer
+    adp = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, attention_dp=8, precision="fp8"))
+    tp = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8"))
+    assert tp.attention_dp_excess(((3200, 0),), 0) == 0.0 and adp.attention_dp_excess((), 64) == 0.0
+    lone = adp.attention_dp_excess(((3200, 0),), 0)
+    pg, pm = adp.prefill_attention(3200, 0)
+    # one rank runs all heads of the chunk: (adp - 1) x the even split's attention core, plus the
+    # projections of 3200 rows instead of 400
+    proj = adp._attention_projections(3200) - adp._attention_projections(400)
+    assert lone == pytest.approx((pg + pm) * 7 + proj, rel=1e-9)
+    assert proj > 0
+    # eight equal prompts land on eight ranks: nothing waits
+    assert adp.attention_dp_excess(((1024, 0),) * 8, 0) == pytest.approx(0.0, abs=1e-12)
+    c = adp.price(prefill=((3200, 0),), decode_seqs=16, decode_context=16 * 2000)
+    assert sum(c.breakdown().values()) == pytest.approx(c.total_s)
+    assert c.attention_s >= lone
+
+
+def test_serve_no_chunked_prefill_flag_reaches_the_engine(capsys) -> None:
+    code, out, err = run(capsys, "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--num-gpus", "1",
+                         "--num-requests", "4", "--concurrency", "1", "--input-len", "6000", "--output-len", "8",
+                         "--max-num-batched-tokens", "2048", "--no-chunked-prefill", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["fits"] is True and any(a.startswith("chunked prefill off") for a in d["assumptions"])

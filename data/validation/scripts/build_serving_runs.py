@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import sys
 from pathlib import Path
 
@@ -898,8 +899,22 @@ BUILDERS = [trtllm_017_throughput, trtllm_10_throughput, trtllm_014_online, sgla
             sglang_dsv3_h200, dstack_deepseek_r1, dstack_llama405b]
 
 
+# a running-request limit the launch command quoted in the notes states: the max_batch column (the schema's place
+# for the engine's batch limit), so that the twin runs the engine with it
+_BATCH_FLAG = re.compile(r"(?:--max-num-seqs|--max_batch_size)[ =](\d+)")
+
+
+def _batch_limit_from_launch(row: dict[str, str]) -> dict[str, str]:
+    m = None if row["max_batch"] else _BATCH_FLAG.search(row["notes"])
+    if m:
+        row["max_batch"] = m.group(1)
+        row["notes"] += (f" (max_batch {m.group(1)}: the launch command's {m.group(0)}, the engine's limit on "
+                         "running requests)")
+    return row
+
+
 def build() -> list[dict[str, str]]:
-    rows = [r for builder in BUILDERS for r in builder()]
+    rows = [_batch_limit_from_launch(r) for builder in BUILDERS for r in builder()]
     seen = set()
     for r in rows:
         key = (r["run_id"], r["metric"])

@@ -237,6 +237,9 @@ def register(app: typer.Typer) -> None:
                                                               help="decode iterations per scheduling decision "
                                                               "(vLLM multi-step) [1]"),
             enforce_eager: bool = typer.Option(False, "--enforce-eager", help="no CUDA graphs"),
+            no_chunked_prefill: bool = typer.Option(False, "--no-chunked-prefill",
+                                                    help="prefill each prompt whole in one iteration "
+                                                    "(vLLM --enable-chunked-prefill=False)"),
             seed: int = typer.Option(0, "--seed", help="seed of the arrival process"),
             html: Optional[Path] = typer.Option(None, "--html", help="also write a page: latency distributions "
                                                 "and the throughput-latency curve over request rate"),
@@ -256,7 +259,8 @@ def register(app: typer.Typer) -> None:
                          dataset_file=dataset_file, dataset=dataset, concurrency=concurrency,
                          request_rate=request_rate, workload=workload, num_requests=num_requests, max_num_seqs=max_num_seqs,
                          max_num_batched_tokens=max_num_batched_tokens, disaggregate=disaggregate, seed=seed,
-                         num_scheduler_steps=num_scheduler_steps, enforce_eager=enforce_eager)
+                         num_scheduler_steps=num_scheduler_steps, enforce_eager=enforce_eager,
+                         chunked_prefill=False if no_chunked_prefill else None)
         r = predict_serving(q)
         if html is not None:
             from ..report.serving import render_serving_html

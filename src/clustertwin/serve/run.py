@@ -52,6 +52,7 @@ class ServeRequest:
     max_num_batched_tokens: int | None = None
     num_scheduler_steps: int | None = None   # vLLM multi-step scheduling (--num-scheduler-steps)
     enforce_eager: bool = False              # no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph)
+    chunked_prefill: bool | None = None      # None: the engine's default; False: vLLM --enable-chunked-prefill=False
     disaggregate: str | None = None  # "P:D" prefill:decode replicas
     seed: int = 0
 
@@ -219,14 +220,17 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     m = load_model(q.model)
     eng = get_engine(q.engine)
     overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens,
-                 "scheduler_steps": q.num_scheduler_steps}
+                 "scheduler_steps": q.num_scheduler_steps, "chunked_prefill": q.chunked_prefill}
     for k, v in overrides.items():
-        if v is not None and v < 1:
+        if v is not None and not isinstance(v, bool) and v < 1:
             raise SpecError(k, f"{v} must be at least 1", "give a positive limit")
     eng = eng.with_overrides(**overrides)
     if q.enforce_eager:
         eng = eng.with_overrides(cuda_graph_max_batch=0)
         notes.append("eager: no CUDA graphs, every kernel launched from the host")
+    if q.chunked_prefill is False:
+        notes.append("chunked prefill off: a prompt is prefilled whole in one iteration (vLLM "
+                     "--enable-chunked-prefill=False)")
     if eng.scheduler_steps > 1:
         notes.append(f"multi-step scheduling: {eng.scheduler_steps} decode iterations per scheduling decision; "
                      "requests arriving meanwhile wait for the run to end (vLLM docs, --num-scheduler-steps)")

@@ -189,6 +189,7 @@ class Simulator:
         for q, c in prefill:
             pg, pm = p.prefill_attention(q, c)
             ag, am = ag + pg / micro, am + pm / micro
+        ag += p.attention_dp_excess(prefill, n_dec) / micro     # the most loaded attention-DP rank
         tensor, memory = g + hg + ag, mb + hm + am
         gpu = tensor + memory + comm
         graph = not prefill and seqs <= self.graph_max
@@ -277,8 +278,13 @@ class Simulator:
                         room = prompt + 1
                     else:
                         q = min(prompt, budget)
-                        if not e.chunked_prefill and q < prompt and (chunks or r.n_dec):
-                            break
+                        if not e.chunked_prefill and q < prompt:
+                            if chunks or r.n_dec:
+                                break
+                            # alone, a prompt longer than the budget is prefilled whole: without chunked
+                            # prefill vLLM sizes the budget to the longest sequence (max_num_batched_tokens
+                            # defaults to max(max_model_len, 2048), vLLM V0 SchedulerConfig; recalled)
+                            q = prompt
                         room = q
                     if r.kv_tokens + need + room + (running + 1) * self.waste > r.capacity:
                         break

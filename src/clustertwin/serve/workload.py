@@ -308,6 +308,7 @@ class StepPricer:
         self._tok: dict[int, tuple[float, float, float]] = {}
         self._head: dict[int, tuple[float, float]] = {}
         self._pre: dict[tuple[int, int], tuple[float, float]] = {}
+        self._proj: dict[int, float] = {}
         self.decode_attention_per_token = self._decode_attention_per_token()
 
     # ---- parts ---------------------------------------------------------------------------------
@@ -409,6 +410,40 @@ class StepPricer:
             self._pre[key] = got
         return got
 
+    def _attention_projections(self, rows: int) -> float:
+        """Seconds of one attention-data-parallel rank's attention projections (all heads) for ``rows``
+        tokens, all layers."""
+        got = self._proj.get(rows)
+        if got is None:
+            t = sum(sum(self._gemm(*g)) for g in self.s.gemms(rows * self.s.attention_dp, False)
+                    if g[0].startswith("attn."))
+            got = self._proj[rows] = t * self.layers
+        return got
+
+    def attention_dp_excess(self, prefill, decode_seqs: int) -> float:
+        """Seconds the most loaded rank of attention data parallelism adds to an iteration over the even
+        split the per-GPU pricing assumes (0 without it or without prefill). A sequence and its cache live
+        on one rank (SGLang --enable-dp-attention, TensorRT-LLM enable_attention_dp), so a prefill chunk's
+        attention, all heads, and its attention projections run on that rank alone while the others wait
+        for it at the MoE's all-gather. Decode tokens are spread evenly; chunks go longest first to the
+        least loaded rank (assumed: the engines dispatch new requests round-robin or to the shortest
+        queue)."""
+        adp = self.s.attention_dp
+        if adp <= 1 or not prefill:
+            return 0.0
+        tok = [decode_seqs / adp] * adp
+        core = [0.0] * adp
+        even_core = 0.0
+        for q, c in sorted(prefill, reverse=True):
+            i = min(range(adp), key=tok.__getitem__)
+            tok[i] += q
+            pg, pm = self.prefill_attention(q, c)    # all heads of the chunk over adp ranks: 1/adp of one rank's
+            core[i] += (pg + pm) * adp
+            even_core += pg + pm
+        even = even_core + self._attention_projections(max(1, round(sum(tok) / adp)))
+        worst = max(core[i] + self._attention_projections(max(1, math.ceil(tok[i]))) for i in range(adp))
+        return max(0.0, worst - even)
+
     def overhead(self, gpu_s: float, graph: bool) -> float:
         """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time."""
         k = self.kernels
@@ -434,6 +469,7 @@ class StepPricer:
         for q, c in prefill:
             pg, pm = self.prefill_attention(q, c)
             ag, am = ag + pg / micro, am + pm / micro
+        ag += self.attention_dp_excess(prefill, decode_seqs) / micro
         gpu = g + mb + comm + hg + hm + ag + am
         graph = not prefill and seqs <= self.s.engine.cuda_graph_max_batch * self.s.attention_dp
         return StepCost(gemm_s=g + hg, attention_s=ag, memory_bound_s=mb + hm + am, communication_s=comm,

@@ -199,19 +199,23 @@ _FLAGS = (
     (re.compile(r"enable_attention_dp|--enable-dp-attention"), "adp"),
     (re.compile(r"--num-scheduler-steps?[ =](\d+)"), "num_scheduler_steps"),
     (re.compile(r"--enforce-eager|--disable-cuda-graph"), "enforce_eager"),
+    # the per-iteration token budget: vLLM --max-num-batched-tokens, TensorRT-LLM --max_num_tokens
+    (re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)"), "max_num_batched_tokens"),
+    (re.compile(r"--enable-chunked-prefill=False"), "chunked_prefill"),
 )
+_FLAG_VALUE = {"chunked_prefill": False}   # a flag that switches an engine default off
 
 
 def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
     """Engine options the row's ``notes`` state as launch flags: attention data parallelism, vLLM
-    multi-step scheduling, no CUDA graphs."""
+    multi-step scheduling, no CUDA graphs, the per-iteration token budget, chunked prefill off."""
     text = _cell(r, "notes")
     out: dict[str, Any] = {}
     for pat, key in _FLAGS:
         m = pat.search(text)
         if not m:
             continue
-        out[key] = int(m.group(1)) if m.groups() else True
+        out[key] = int(m.group(1)) if m.groups() else _FLAG_VALUE.get(key, True)
         notes.append(f"notes: {m.group(0)} -> {key}")
     return out
 
