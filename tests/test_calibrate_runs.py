@@ -195,6 +195,8 @@ def test_calibrate_from_runs_cli(tmp_path, capsys):
     assert d["n_runs"] == 4 and d["cv"] == "k-fold over rows" and d["cv_mape"] is not None
     assert all(p["bounds"][0] <= p["value"] <= p["bounds"][1] for p in d["parameters"])
     assert len(d["parameters"]) <= 12 and out.is_file()
+    assert d["noise_scale"] >= 0.05 and d["n_rows"] + len(d["excluded"]) == d["n_runs"]   # every run fitted or said why
+    assert all(set(e) == {"run_id", "source", "reason"} and "robust sd" in e["reason"] for e in d["excluded"])
     assert main(["predict", "--profile", str(out), "--json"]) == 0
 
 
