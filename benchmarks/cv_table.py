@@ -106,9 +106,29 @@ def bands_markdown(table: dict) -> str:
     return "\n".join(out)
 
 
+def fold_parameters(cv: CrossValidation) -> str:
+    """Every fold's fitted parameter values beside the shipped ones (what moved, fold by fold)."""
+    names = sorted({p.param.name for f in cv.folds for p in f.params})
+    if not names:
+        return ""
+    shipped = {p.param.name: p.param.default for f in cv.folds for p in f.params}
+    out = ["| parameter | shipped | " + " | ".join(f"{i + 1}" for i in range(len(cv.folds))) + " |",
+           "|---|---:|" + "---:|" * len(cv.folds)]
+    for n in names:
+        cells = []
+        for f in cv.folds:
+            p = next((q for q in f.params if q.param.name == n), None)
+            cells.append("" if p is None else f"{p.value:.3g}{'*' if p.at_bound else ''}")
+        out.append(f"| {n} | {shipped[n]:.3g} | " + " | ".join(cells) + " |")
+    out += ["", "folds: " + "; ".join(f"{i + 1} = {f.group[:50]}" for i, f in enumerate(cv.folds)),
+            "(* at a bound; empty: not fitted in that fold)"]
+    return "\n".join(out)
+
+
 def main(argv: list[str]) -> None:
     t0 = time.time()
     cv, _ = run()
+    print("Fitted parameters per held-out source:\n\n" + fold_parameters(cv) + "\n", file=sys.stderr)
     table = build_table(band_samples(cv), "data/validation/" + ", ".join(FILES))
     section = (f"{BEGIN}\n{markdown(cv)}\n\nExpected-error classes (`predict` quotes the band of its class; "
                f"`src/clustertwin/calibrate/error_bands.yaml`):\n\n{bands_markdown(table)}\n{END}")

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from clustertwin.calibrate import bands
@@ -194,6 +195,8 @@ def test_calibrate_from_runs_cli(tmp_path, capsys):
     assert d["n_runs"] == 4 and d["cv"] == "k-fold over rows" and d["cv_mape"] is not None
     assert all(p["bounds"][0] <= p["value"] <= p["bounds"][1] for p in d["parameters"])
     assert len(d["parameters"]) <= 12 and out.is_file()
+    assert d["noise_scale"] >= 0.05 and d["n_rows"] + len(d["excluded"]) == d["n_runs"]   # every run fitted or said why
+    assert all(set(e) == {"run_id", "source", "reason"} and "robust sd" in e["reason"] for e in d["excluded"])
     assert main(["predict", "--profile", str(out), "--json"]) == 0
 
 
@@ -248,3 +251,49 @@ def test_expected_error_band_or_none(monkeypatch):
     assert bands.expected_error("torchtitan", H100, 4096)["band"] is None
     pred = predict_job(_job("tp=1,pp=1,dp=8,zero=1", 8, 16))
     assert pred.to_json()["expected_error"] == e
+
+
+def test_noise_scale_is_the_robust_sd_about_the_architecture_median():
+    from clustertwin.calibrate.runs import F_SCALE, MAD_TO_SD, noise_scale
+    rows = _synthetic_rows([], [])
+    r = np.array([0.0, 0.2, -0.2, 0.1, -0.1, 0.0]) + 0.3     # one architecture, weights 1: median 0.3
+    s, dev = noise_scale(rows, r)
+    assert dev == pytest.approx(r - 0.3)
+    assert s == pytest.approx(MAD_TO_SD * 0.1)                # median |deviation| is 0.1
+    assert noise_scale(rows, np.full(6, -0.4))[0] == F_SCALE  # no spread: the floor
+
+
+def test_a_row_the_model_cannot_price_is_screened_out_with_its_reason(gemm_mem):
+    rows = _synthetic_rows(gemm_mem, [0.60, 0.88])
+    odd = replace(rows[3], measured_step_s=3 * rows[3].measured_step_s)   # an effect no parameter describes
+    rows = rows[:3] + [odd] + rows[4:]
+    fit = fit_runs(rows, BASE, params=gemm_mem[:1], prior_sigma=None)
+    assert [r.run_id for r, _ in fit.excluded] == ["r3"]
+    assert "robust sd" in fit.excluded[0][1] and "hopper" in fit.excluded[0][1]
+    assert "r3" not in {r.run_id for r in fit.rows}
+    assert fit.params[0].value == pytest.approx(0.60, rel=1e-3)   # the other rows' truth, unbent
+    pulled = fit_runs(rows, BASE, params=gemm_mem[:1], prior_sigma=None, screen=False)
+    assert not pulled.excluded and abs(pulled.params[0].value - 0.60) > 1e-3
+
+
+def test_rows_off_together_are_not_screened(gemm_mem):
+    # every row 3x slower than the model: a new cluster, not an outlier; the fit moves the parameter
+    rows = [replace(r, measured_step_s=3 * r.measured_step_s) for r in _synthetic_rows(gemm_mem, [0.72, 0.88])]
+    fit = fit_runs(rows, BASE, params=gemm_mem[:1])
+    assert fit.excluded == [] and fit.params[0].value < 0.72
+
+
+def test_hardware_parameters_do_not_depend_on_the_framework_parameters_fitted(gemm_mem):
+    # stage 1 fits the hardware with every framework as shipped: adding a framework parameter to the fit
+    # leaves the hardware values as they were (it only takes up what remains in its framework's rows)
+    mb = _param("microbatch_overhead_s", 0.0, 0.1, scope="megatron", kind="framework")
+    truth = [gemm_mem[0], mb]
+    rows = []
+    for i, (plan, n, gb) in enumerate(PLANS):
+        job = _job(plan, n, gb * 4)          # 4x the micro-batches: the overhead counts
+        t = predict_job(job, apply_params(BASE(H100), truth, [0.65, 0.004])).step_time_s
+        rows.append(FitRow(f"r{i}", "abc"[i % 3], job, t))
+    alone = fit_runs(rows, BASE, params=[gemm_mem[0]], screen=False)
+    both = fit_runs(rows, BASE, params=[gemm_mem[0], mb], screen=False)
+    assert both.params[0].value == pytest.approx(alone.params[0].value, rel=1e-9)
+    assert both.params[1].param.kind == "framework" and both.mape <= alone.mape + 1e-9

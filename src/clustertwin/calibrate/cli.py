@@ -115,7 +115,9 @@ def _calibrate_from_runs(files: list[Path], out: Optional[Path], gpu: Optional[s
     if as_json:
         _json({"schema": 1, "profile": str(path), "gpu": spec.name, "n_rows": len(fit.rows), "n_runs": len(fr),
                "parameters": [p.to_json() for p in fit.params], "unconstrained": fit.unconstrained,
-               "dropped": fit.dropped, "in_sample_mape": fit.mape, "cv": cv_label(folds) or None, "cv_mape": cv_mape,
+               "dropped": fit.dropped, "excluded": [{"run_id": r.run_id, "source": r.group, "reason": why}
+                                                    for r, why in fit.excluded],
+               "noise_scale": fit.noise_scale, "in_sample_mape": fit.mape, "cv": cv_label(folds) or None, "cv_mape": cv_mape,
                "folds": [{"held_out": f.group, "n": f.n_rows, "n_train": f.n_train, "mape": f.mape} for f in folds]})
         return
     con = Console()
@@ -138,6 +140,8 @@ def _calibrate_from_runs(files: list[Path], out: Optional[Path], gpu: Optional[s
         con.print("not constrained by these runs (kept at the shipped value): " + ", ".join(fit.unconstrained))
     if fit.dropped:
         con.print("sensitive but beyond the 12-parameter cap (kept): " + ", ".join(fit.dropped))
+    for r, why in fit.excluded:
+        con.print(f"not fitted: {r.run_id} ({r.group[:40]}): {why}")
     tied = [f"{p.param.name}: {', '.join(p.param.tied)}" for p in fit.params if p.param.tied]
     if tied:
         con.print("tied fields keep their ratio to the fitted one: " + "; ".join(tied))

@@ -20,9 +20,16 @@ FrameworkProfile), never to a row.
 
 How: Levenberg-Marquardt on ``r = log(predicted step time / measured step time)`` with a numerical
 Jacobian (forward differences, only over the rows a parameter can move), a soft-L1 loss (iteratively
-reweighted: weight ``1/sqrt(1 + (r/F_SCALE)^2)``), box bounds (a step is clipped into them), and a weak
-Gaussian prior that holds each parameter at its shipped value where the rows say nothing
-(``PRIOR_SIGMA`` in log space; it weighs like one row off by ``F_SCALE``). Log-scaled parameters
+reweighted: weight ``1/sqrt(1 + (r/s)^2)``, ``s`` the data's noise: ``noise_scale``), box bounds (a step
+is clipped into them), and a weak Gaussian prior that holds each parameter at its shipped value where
+the rows say nothing (``PRIOR_SIGMA`` in log space; it weighs like one row off by ``s``).
+
+Two stages (docs/calibrate.md says why): the hardware parameters first, with every framework parameter
+at its shipped value (a framework the rows do not contain is priced with its shipped description, so
+the hardware figures must hold under it); then the framework parameters, each moving only its
+framework's rows, with the hardware fixed. Before both, ``screen_rows`` sets aside the rows the model
+cannot price (beyond ``SCREEN_Z`` robust sd of their architecture's median at the shipped profile),
+each with its reason in ``RunFit.excluded``. Log-scaled parameters
 (positive bounds) are fitted in log space, the others linearly. Uncertainty: the standard deviation
 from ``s^2 (J'WJ + prior)^-1`` with ``s^2`` the weighted residual variance.
 
@@ -60,7 +67,10 @@ from .bands import scale_bucket  # noqa: F401 (defined beside the bands it bucke
 MAX_PARAMS = 12
 MIN_ROWS = 2                  # a parameter needs this many sensitive rows to be fitted
 MIN_SENSITIVITY = 0.01        # |d log t / d log p| (or per unit of the bounded range) that counts as sensitive
-F_SCALE = 0.05                # soft-L1 scale: log errors beyond ~5% count linearly, not squared
+F_SCALE = 0.05                # floor of the soft-L1 scale (the data's noise, ``noise_scale``): reporting
+                              # precision and run-to-run variation of published step times are a few %
+SCREEN_Z = 3.5                # modified z-score beyond which a row is screened out (Iglewicz & Hoaglin 1993)
+MAD_TO_SD = 1.4826            # sd of a normal distribution per median absolute deviation
 PRIOR_SIGMA = 0.5             # log-space width of the prior around the shipped value (a factor 1.65)
 MAX_ROWS_PER_GROUP = 40       # rows of one source group used in a fit (evenly spaced)
 MAX_ITER = 12
@@ -250,6 +260,8 @@ class RunFit:
     dropped: list[str] = field(default_factory=list)           # sensitive, but beyond MAX_PARAMS
     iterations: int = 0
     evaluations: int = 0
+    excluded: list[tuple[FitRow, str]] = field(default_factory=list)   # screened out (``screen_rows``), why
+    noise_scale: float = F_SCALE                                       # the soft-L1 scale the fit used
 
     @property
     def groups(self) -> set[str]:
@@ -320,23 +332,65 @@ class _Pricer:
 
 def subsample(rows: list[FitRow], per_group: int = MAX_ROWS_PER_GROUP) -> list[FitRow]:
     """At most ``per_group`` rows of each source group, evenly spaced in their order, weighted so that
-    each group weighs the same in total."""
+    each group weighs the same in total (``group_weights``)."""
     by: dict[str, list[FitRow]] = {}
     for r in rows:
         by.setdefault(r.group, []).append(r)
-    kept: list[list[FitRow]] = []
-    for g, rs in by.items():
-        kept.append(rs if len(rs) <= per_group else [rs[int(k * len(rs) / per_group)] for k in range(per_group)])
-    # every source group weighs the same in total (its rows share one systematic error: a new source is
-    # what cross-validation asks about), scaled so the mean row weight stays 1 against the prior
-    n = sum(len(rs) for rs in kept)
-    return [replace(r, weight=r.weight * n / (len(kept) * len(rs))) for rs in kept for r in rs]
+    kept = [rs if len(rs) <= per_group else [rs[int(k * len(rs) / per_group)] for k in range(per_group)]
+            for rs in by.values()]
+    return group_weights([r for rs in kept for r in rs])
 
 
-def _jacobian(pricer: _Pricer, params: list[FitParam], x: np.ndarray, lt: np.ndarray) -> np.ndarray:
+def group_weights(rows: list[FitRow], base: list[float] | None = None) -> list[FitRow]:
+    """``rows`` weighted so that every source group weighs the same in total (its rows share one
+    systematic error: a new source is what cross-validation asks about), scaled so that the mean row
+    weight is 1 against the prior. ``base``: the rows' weights before (default their ``weight``)."""
+    base = [r.weight for r in rows] if base is None else base
+    n_of = Counter(r.group for r in rows)
+    n, g = len(rows), len(n_of)
+    return [replace(r, weight=b * n / (g * n_of[r.group])) for r, b in zip(rows, base)]
+
+
+def _weighted_median(v: np.ndarray, w: np.ndarray) -> float:
+    order = np.argsort(v)
+    cw = np.cumsum(w[order])
+    return float(v[order][np.searchsorted(cw, 0.5 * cw[-1])])
+
+
+def noise_scale(rows: list[FitRow], r: np.ndarray) -> tuple[float, np.ndarray]:
+    """The data's noise in log step time: the robust sd (``MAD_TO_SD`` × weighted median absolute
+    deviation) of the rows' log errors ``r`` about the weighted median of their GPU architecture's rows,
+    floored at ``F_SCALE``; and each row's deviation from its architecture's median."""
+    w = np.array([x.weight for x in rows], dtype=float)
+    dev = np.zeros(len(rows))
+    for arch in {x.architecture for x in rows}:
+        idx = np.array([i for i, x in enumerate(rows) if x.architecture == arch])
+        dev[idx] = r[idx] - _weighted_median(r[idx], w[idx])
+    return max(F_SCALE, MAD_TO_SD * _weighted_median(np.abs(dev), w)), dev
+
+
+def screen_rows(rows: list[FitRow], r: np.ndarray) -> tuple[list[int], list[tuple[FitRow, str]], float]:
+    """Rows the model cannot price: log error at the shipped profile ``r`` more than ``SCREEN_Z`` robust
+    sd (``noise_scale``) from the median of the rows of the same GPU architecture (the modified z-score
+    rule, Iglewicz & Hoaglin 1993). Returns (indices kept, [(row, reason)] screened out, the noise scale)."""
+    s, dev = noise_scale(rows, r)
+    keep, out = [], []
+    for i, row in enumerate(rows):
+        if abs(dev[i]) > SCREEN_Z * s:
+            out.append((row, f"log step-time error {r[i]:+.2f} at the shipped profile, {abs(dev[i]) / s:.1f} robust sd "
+                             f"(sd {s:.3f}) from the median of the {row.architecture} rows (beyond {SCREEN_Z:g}): an "
+                             f"effect no profile parameter describes; not fitted"))
+        else:
+            keep.append(i)
+    return keep, out, s
+
+
+def _jacobian(pricer: _Pricer, params: list[FitParam], x: np.ndarray, lt: np.ndarray,
+              cols: Iterable[int] | None = None) -> np.ndarray:
     n, k = len(pricer.rows), len(params)
     J = np.zeros((n, k))
-    for j, p in enumerate(params):
+    for j in (range(k) if cols is None else cols):
+        p = params[j]
         idx = pricer.affected(p)
         if not idx:
             continue
@@ -349,72 +403,46 @@ def _jacobian(pricer: _Pricer, params: list[FitParam], x: np.ndarray, lt: np.nda
     return J
 
 
-def fit_runs(rows: list[FitRow], base: Callable[[Any], HardwareProfile] | None = None, *,
-             params: list[FitParam] | None = None, max_params: int = MAX_PARAMS,
-             per_group: int = MAX_ROWS_PER_GROUP, max_iter: int = MAX_ITER,
-             prior_sigma: float | None = PRIOR_SIGMA) -> RunFit:
-    """Fit the profile's parameters to ``rows`` (robust least squares on log step time). ``params``: fit
-    exactly these (default: ``candidate_params`` the rows are sensitive to); ``prior_sigma=None``: no prior."""
-    if base is None:
-        from .profile import profile_for
-        base = profile_for
-    if not rows:
-        raise DataError("runs", "no measured step time or throughput to calibrate on",
-                        "give rows in the validation schema with a time or throughput metric")
-    rows = subsample(rows, per_group)
-    pricer = _Pricer(rows, base)
-    cands = params if params is not None else candidate_params(rows, base)
-    x0 = np.array([p.to_x(p.default) for p in cands], dtype=float)
-    vals0 = [p.default for p in cands]
-    lt0 = pricer.log_times(cands, vals0)
-    unconstrained: list[str] = []
-    dropped: list[str] = []
-    if params is None:   # keep the parameters the rows are sensitive to, the most sensitive first
-        J0 = _jacobian(pricer, cands, x0, lt0)
-        sens = np.abs(J0)
-        ok = (sens >= MIN_SENSITIVITY).sum(axis=0) >= min(MIN_ROWS, len(rows))
-        order = sorted((j for j in range(len(cands)) if ok[j]), key=lambda j: -sens[:, j].sum())
-        keep = sorted(order[:max_params])
-        unconstrained = [cands[j].name for j in range(len(cands)) if not ok[j]]
-        dropped = [cands[j].name for j in order[max_params:]]
-        cands = [cands[j] for j in keep]
-        x0 = x0[keep]
-    k = len(cands)
-    w_row = np.array([r.weight for r in rows], dtype=float)
-    if k == 0:
-        errs = [r.metric_error(math.exp(v)) for r, v in zip(rows, lt0)]
-        return RunFit([], rows, base, errs, unconstrained, dropped, 0, pricer.evaluations)
+@dataclass
+class _Stage:
+    x: np.ndarray
+    lt: np.ndarray
+    sd_x: np.ndarray
+    at_bound: np.ndarray
+    iterations: int
+
+
+def _levenberg_marquardt(pricer: _Pricer, cands: list[FitParam], x: np.ndarray, lt: np.ndarray, free: list[int],
+                         x0: np.ndarray, prior_w: np.ndarray, w_row: np.ndarray, scale: float, max_iter: int) -> _Stage:
+    """Minimise the soft-L1 cost (scale ``scale``) plus the prior over the parameters ``free`` (the others
+    stay at ``x``); the standard deviations of the free ones from ``s^2 (J'WJ + prior)^-1``."""
     lo = np.array([p.x_bounds[0] for p in cands])
     hi = np.array([p.x_bounds[1] for p in cands])
-    x0 = np.clip(x0, lo, hi)
-    if prior_sigma is None:
-        prior_w = np.zeros(k)
-    else:   # a prior residual of one sigma weighs like a row off by F_SCALE
-        prior_w = F_SCALE / np.array([prior_sigma if p.log else 0.5 for p in cands])
+    f = np.array(free, dtype=int)
+    pw = prior_w[f]
 
-    def vals(x: np.ndarray) -> list[float]:
-        return [p.from_x(v) for p, v in zip(cands, x)]
+    def vals(xx: np.ndarray) -> list[float]:
+        return [p.from_x(v) for p, v in zip(cands, xx)]
 
-    def cost(r: np.ndarray, x: np.ndarray) -> float:
-        rp = prior_w * (x - x0)
-        return float(np.sum(w_row * F_SCALE ** 2 * _soft_l1(r / F_SCALE)) + np.sum(rp * rp))
+    def cost(rr: np.ndarray, xx: np.ndarray) -> float:
+        rp = pw * (xx[f] - x0[f])
+        return float(np.sum(w_row * scale ** 2 * _soft_l1(rr / scale)) + np.sum(rp * rp))
 
-    x = x0.copy()
-    lt = pricer.log_times(cands, vals(x))
+    x = x.copy()
     r = lt - pricer.log_meas
     c = cost(r, x)
     lam = 1e-3
     it = 0
-    A = np.eye(k)
+    A = np.eye(len(f))
     for it in range(1, max_iter + 1):
-        J = _jacobian(pricer, cands, x, lt)
-        w = w_row / np.sqrt(1.0 + (r / F_SCALE) ** 2)          # IRLS weights of the soft-L1 loss
-        A = J.T @ (w[:, None] * J) + np.diag(prior_w ** 2)
-        g = J.T @ (w * r) + prior_w ** 2 * (x - x0)
-        improved = False
+        J = _jacobian(pricer, cands, x, lt, free)[:, f]
+        w = w_row / np.sqrt(1.0 + (r / scale) ** 2)          # IRLS weights of the soft-L1 loss
+        A = J.T @ (w[:, None] * J) + np.diag(pw ** 2)
+        g = J.T @ (w * r) + pw ** 2 * (x[f] - x0[f])
+        improved = done = False
         for _ in range(8):
-            step = -np.linalg.solve(A + lam * np.diag(np.diag(A)), g)
-            x_new = np.clip(x + step, lo, hi)
+            x_new = x.copy()
+            x_new[f] = np.clip(x[f] - np.linalg.solve(A + lam * np.diag(np.diag(A)), g), lo[f], hi[f])
             lt_new = pricer.log_times(cands, vals(x_new))
             r_new = lt_new - pricer.log_meas
             c_new = cost(r_new, x_new)
@@ -427,25 +455,95 @@ def fit_runs(rows: list[FitRow], base: Callable[[Any], HardwareProfile] | None =
             lam *= 4.0
         if not improved or done:
             break
-    # uncertainty: s^2 (J'WJ + prior)^-1 on the parameters not at a bound
-    w = w_row / np.sqrt(1.0 + (r / F_SCALE) ** 2)
-    dof = max(1, len(rows) - k)
+    # uncertainty: s^2 (J'WJ + prior)^-1 on the free parameters not at a bound
+    w = w_row / np.sqrt(1.0 + (r / scale) ** 2)
+    dof = max(1, len(r) - len(f))
     s2 = float(np.sum(w * r * r) / dof)
-    at_bound = (np.isclose(x, lo, atol=1e-6)) | (np.isclose(x, hi, atol=1e-6))
-    sd_x = np.full(k, float("nan"))
-    free = ~at_bound
-    if free.any():
+    at_bound = np.isclose(x, lo, atol=1e-6) | np.isclose(x, hi, atol=1e-6)
+    sd_x = np.full(len(cands), float("nan"))
+    ok = ~at_bound[f]
+    if ok.any():
         try:
-            cov = s2 * np.linalg.inv(A[np.ix_(free, free)])
-            sd_x[free] = np.sqrt(np.maximum(np.diag(cov), 0.0))
+            cov = s2 * np.linalg.inv(A[np.ix_(ok, ok)])
+            sd_x[f[ok]] = np.sqrt(np.maximum(np.diag(cov), 0.0))
         except np.linalg.LinAlgError:
             pass
+    return _Stage(x, lt, sd_x, at_bound, it)
+
+
+def fit_runs(rows: list[FitRow], base: Callable[[Any], HardwareProfile] | None = None, *,
+             params: list[FitParam] | None = None, max_params: int = MAX_PARAMS,
+             per_group: int = MAX_ROWS_PER_GROUP, max_iter: int = MAX_ITER,
+             prior_sigma: float | None = PRIOR_SIGMA, screen: bool = True) -> RunFit:
+    """Fit the profile's parameters to ``rows`` (robust least squares on log step time): rows the model
+    cannot price screened out (``screen_rows``; ``screen=False``: none), hardware parameters first with
+    every framework as shipped, then each framework's parameters on its rows with the hardware fixed.
+    ``params``: fit exactly these (default: ``candidate_params`` the rows are sensitive to);
+    ``prior_sigma=None``: no prior."""
+    if base is None:
+        from .profile import profile_for
+        base = profile_for
+    if not rows:
+        raise DataError("runs", "no measured step time or throughput to calibrate on",
+                        "give rows in the validation schema with a time or throughput metric")
+    rows = subsample(rows, per_group)
+    cands = params if params is not None else candidate_params(rows, base)
+    vals0 = [p.default for p in cands]
+    excluded: list[tuple[FitRow, str]] = []
+    scale = F_SCALE
+    if screen and len(rows) > 2:
+        lt_ship = _Pricer(rows, base).log_times(cands, vals0)
+        keep, excluded, _ = screen_rows(rows, lt_ship - np.log([r.measured_step_s for r in rows]))
+        if excluded:   # the remaining rows of a source still weigh as much as another source's
+            rows = group_weights([rows[i] for i in keep], [1.0] * len(keep))
+    pricer = _Pricer(rows, base)
+    x0 = np.array([p.to_x(p.default) for p in cands], dtype=float)
+    lt0 = pricer.log_times(cands, vals0)
+    if len(rows) > 2:
+        scale = noise_scale(rows, lt0 - pricer.log_meas)[0]
+    unconstrained: list[str] = []
+    dropped: list[str] = []
+    if params is None:   # keep the parameters the rows are sensitive to, the most sensitive first
+        J0 = _jacobian(pricer, cands, x0, lt0)
+        sens = np.abs(J0)
+        ok = (sens >= MIN_SENSITIVITY).sum(axis=0) >= min(MIN_ROWS, len(rows))
+        order = sorted((j for j in range(len(cands)) if ok[j]), key=lambda j: -sens[:, j].sum())
+        keep_p = sorted(order[:max_params])
+        unconstrained = [cands[j].name for j in range(len(cands)) if not ok[j]]
+        dropped = [cands[j].name for j in order[max_params:]]
+        cands = [cands[j] for j in keep_p]
+        x0 = x0[keep_p]
+    k = len(cands)
+    w_row = np.array([r.weight for r in rows], dtype=float)
+    if k == 0:
+        errs = [r.metric_error(math.exp(v)) for r, v in zip(rows, lt0)]
+        return RunFit([], rows, base, errs, unconstrained, dropped, 0, pricer.evaluations, excluded, scale)
+    lo = np.array([p.x_bounds[0] for p in cands])
+    hi = np.array([p.x_bounds[1] for p in cands])
+    x0 = np.clip(x0, lo, hi)
+    if prior_sigma is None:
+        prior_w = np.zeros(k)
+    else:   # a prior residual of one sigma weighs like a row off by the noise scale
+        prior_w = scale / np.array([prior_sigma if p.log else 0.5 for p in cands])
+    x, lt = x0.copy(), pricer.log_times(cands, [p.from_x(v) for p, v in zip(cands, x0)])
+    sd_x = np.full(k, float("nan"))
+    at_bound = np.zeros(k, dtype=bool)
+    iterations = 0
+    # stage 1: the hardware parameters, every framework as shipped; stage 2: the framework parameters
+    for kind in ("hardware", "framework"):
+        free = [j for j, p in enumerate(cands) if p.kind == kind]
+        if not free:
+            continue
+        st = _levenberg_marquardt(pricer, cands, x, lt, free, x0, prior_w, w_row, scale, max_iter)
+        x, lt = st.x, st.lt
+        sd_x[free], at_bound[free] = st.sd_x[free], st.at_bound[free]
+        iterations += st.iterations
     results = []
     for p, xv, sd, ab in zip(cands, x, sd_x, at_bound):
         v = p.from_x(float(xv))
         results.append(ParamResult(p, v, float(v * sd if p.log else sd * p.hi), bool(ab)))
     errs = [row.metric_error(math.exp(v)) for row, v in zip(rows, lt)]
-    return RunFit(results, rows, base, errs, unconstrained, dropped, it, pricer.evaluations)
+    return RunFit(results, rows, base, errs, unconstrained, dropped, iterations, pricer.evaluations, excluded, scale)
 
 
 def predict_rows(fit: RunFit | None, rows: list[FitRow], base: Callable[[Any], HardwareProfile] | None = None
@@ -512,8 +610,10 @@ def cross_validate_fit(rows: list[FitRow], base: Callable[[Any], HardwareProfile
     return out
 
 
-FIT_METHOD = (f"robust least squares on log step time (soft-L1, scale {F_SCALE}), Levenberg-Marquardt, "
-              f"prior sigma {PRIOR_SIGMA} (log) around the shipped values")
+FIT_METHOD = (f"robust least squares on log step time (soft-L1, scale the data's robust sd, at least {F_SCALE}), "
+              f"Levenberg-Marquardt, prior sigma {PRIOR_SIGMA} (log) around the shipped values; rows beyond "
+              f"{SCREEN_Z} robust sd of their GPU architecture's median not fitted; hardware parameters first "
+              f"with every framework as shipped, then each framework's parameters on its rows")
 
 
 def fit_to_profile(fit: RunFit, gpu, files: list[str], cv: list[FoldResult] | None = None) -> Any:
