@@ -1,10 +1,12 @@
 """Data-parallel overlap as Megatron-Core (core_r0.8.0) schedules it: the first pipeline stage hides
 its bucketed reduce-scatter under its last backward, later stages reduce after their backward, behind
-the pipeline's drain."""
+the pipeline's drain; the DDP wrapper's passes over the gradient buffer."""
 import pytest
 
 from clustertwin.constants import value
 from clustertwin.schedule.step import OVERLAP_SLOWDOWN, StageTime, bucket_elements, compose_step
+from clustertwin.specs.framework import get_framework
+from clustertwin.workload.graph import optimizer_traffic
 
 P = 1e9   # parameters per stage: 25 buckets of 40M at dp 8
 
@@ -56,3 +58,16 @@ def test_more_backward_never_exposes_more():
         short = _dp(_stages(p, [3.0] * p, bwd=1.0))
         long = _dp(_stages(p, [3.0] * p, bwd=3.0))
         assert long <= short + 1e-12
+
+
+def test_megatron_core_passes_over_the_gradient_buffer():
+    fw = get_framework("megatron-core@2024")
+    assert fw.grad_buffer_checks == ("nan_check", "scale")
+    dense = 1e9
+    _, plain = optimizer_traffic(dense, 0.0, 8, 1, 1, 2)
+    _, checked = optimizer_traffic(dense, 0.0, 8, 1, 1, 2, fw.grad_buffer_checks, 4)
+    assert checked - plain == pytest.approx(dense * 4 * 3)       # a norm read, a scale read and write
+    _, one_rank = optimizer_traffic(dense, 0.0, 1, 1, 1, 2, fw.grad_buffer_checks, 4)
+    _, one_plain = optimizer_traffic(dense, 0.0, 1, 1, 1, 2)
+    assert one_rank - one_plain == pytest.approx(dense * 4)       # dp 1: nothing to average
+    assert get_framework("megatron-lm@2021").grad_buffer_checks == ()

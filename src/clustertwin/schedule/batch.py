@@ -930,7 +930,7 @@ class _Layout:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
-                                            take(self.edp), z, pb)
+                                            take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
