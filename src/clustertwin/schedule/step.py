@@ -333,19 +333,17 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         best = where(better, per_mb[k], best)
         crit = where(better, k, crit)
     total: Num = 0.0
-    back: Num = 0.0      # the backward (with its recomputation) of one micro-batch, summed over stages
+    back: Num = 0.0          # the backward (with its recomputation) of one micro-batch, summed over stages
+    compute_sum: Num = 0.0   # forward and backward
     for i in range(p):
         c = classes[stage_class[i]]
         total = total + per_mb[stage_class[i]]
         back = back + c.bwd_s + c.recompute_s
+        compute_sum = compute_sum + c.fwd_s + c.bwd_s + c.recompute_s
     mean = total / p
     bubble = (p - 1) / v * mean
     # one stage's backward slot and forward slot of one micro-batch (communication shared in
     # proportion): the pipeline's drain and fill are made of them
-    compute_sum: Num = 0.0
-    for i in range(p):
-        c = classes[stage_class[i]]
-        compute_sum = compute_sum + c.fwd_s + c.bwd_s + c.recompute_s
     back_share = where(compute_sum > 0, back / maximum(compute_sum, 1e-30), 0.0)
     slot_b = mean * back_share
     slot_f = mean - slot_b
@@ -390,12 +388,9 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
             if first or v > 1:
                 backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s - shared   # compute free to hide it
                 own = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v), s.dp_sync_s * last_bucket)
-                if first:
-                    slowed = slowed + (s.dp_sync_s - own)
-                    grad = own
-                else:   # later chunks of a later stage: its own cool-down first, then the drain
-                    grad = maximum(own - drain, 0.0)
-                    slowed = slowed + (s.dp_sync_s - own)
+                slowed = slowed + (s.dp_sync_s - own)
+                # a later stage's chunks: its own cool-down hides them first, then the drain
+                grad = own if first else maximum(own - drain, 0.0)
             else:       # one bucket, launched when the stage's backward ends
                 grad = maximum(s.dp_sync_s - drain, 0.0)
         else:
