@@ -389,8 +389,15 @@ _GEMM_ALIGN: list[Constant] = [
 _SCHEDULE: list[Constant] = [
     Constant("schedule.dp_bucket_elements", 40e6, "elements",
              "Megatron-Core DistributedDataParallelConfig.bucket_size: default max(40M, 1M x dp) parameters "
-             "(megatron/core/distributed/distributed_data_parallel_config.py); the 1M x dp term is not modelled",
+             "(megatron/core/distributed/distributed_data_parallel_config.py); the 1M x dp term is "
+             "schedule.dp_bucket_elements_per_dp_rank",
              "exposed DP time: the last gradient bucket's reduction starts when the backward ends, never hidden"),
+    Constant("schedule.dp_bucket_elements_per_dp_rank", 1e6, "elements",
+             "Megatron-Core DistributedDataParallel default bucket_size = max(40000000, 1000000 * "
+             "data_parallel_world_size), 'if using very large dp_sizes, make buckets larger to ensure that "
+             "chunks used in NCCL ring-reduce implementations are large enough to remain bandwidth-bound' "
+             "(megatron/core/distributed/distributed_data_parallel.py, core_r0.8.0)",
+             "exposed DP time: the last gradient bucket (and the first parameter-gather bucket) grows with dp"),
     Constant("schedule.fsdp_prefetch_units", 1, "units",
              "PyTorch FSDP2 (torch.distributed.fsdp.fully_shard) prefetches the next unit's all-gather while "
              "the current unit computes (implicit prefetching, one unit ahead; FSDP1 backward_prefetch="

@@ -762,10 +762,12 @@ class _Layout:
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
         m_rows: Any = self.m[srow]
+        dp_rows: Any = dp_cp_r / self.cp[srow]     # the data-parallel size that sets the gradient bucket
         params_rows: list[Any] = [params_k[srow] for params_k in self.total_params]
         if len(rows) == 1:   # a batch of one (predict): the same formulas on its floats, without numpy's per-call cost
             base_classes = [StageTime(**{k: _one(v) for k, v in st.__dict__.items()}) for st in base_classes]
             pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
+            dp_rows = _one(dp_rows)
             sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
             fsdp = [(_one(ag), _one(rs), units) for ag, rs, units in fsdp]
             params_rows = [_one(x) for x in params_rows]
@@ -801,7 +803,7 @@ class _Layout:
                                              st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic)
                     stage_times.append(st)
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
-                                               opg)
+                                               opg, dp_rows)
                 step = sum(breakdown.values())
                 if not isinstance(step, np.ndarray):
                     step = np.array([step])
@@ -928,7 +930,7 @@ class _Layout:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
-                                            take(self.edp), z, pb)
+                                            take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)

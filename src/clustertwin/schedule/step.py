@@ -35,6 +35,7 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_
 # Megatron-Core buckets gradients (bucket_size = max(40M, 1M x dp) elements); the last bucket's
 # reduction starts only when the backward ends, so it is never hidden.
 BUCKET_ELEMENTS = value("schedule.dp_bucket_elements")
+BUCKET_ELEMENTS_PER_DP_RANK = value("schedule.dp_bucket_elements_per_dp_rank")
 # FSDP/ZeRO-3 prefetch: how many units ahead a unit's all-gather may be issued
 FSDP_PREFETCH_UNITS = value("schedule.fsdp_prefetch_units")
 # compute that runs beside an overlapped NCCL collective runs slower (SMs and HBM bandwidth shared):
@@ -310,12 +311,19 @@ def _chunked_exposure(comm, compute, m, p: int, v: int):
     return maximum(exposed, 0.0)
 
 
+def bucket_elements(dp):
+    """Megatron-Core's default gradient bucket: max(40M, 1M x dp) elements, larger at large dp so that
+    the ring's chunks stay bandwidth-bound (distributed_data_parallel.py, core_r0.8.0)."""
+    return maximum(BUCKET_ELEMENTS, BUCKET_ELEMENTS_PER_DP_RANK * dp)
+
+
 def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
-                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool):
+                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1):
     """The step of a pipeline from its priced stages: ``classes`` are the distinct stages (each a
     StageTime, ``stage`` its first index, in order), ``stage_class[i]`` the class of stage i.
     Returns (breakdown, index of the critical class). Works on floats (predict) and on arrays of
-    many plans sharing a layout (search), with the same arithmetic."""
+    many plans sharing a layout (search), with the same arithmetic. ``dp``: the data-parallel size
+    (it sets the gradient bucket)."""
     per_mb = [c.per_microbatch_s for c in classes]
     # the slowest stage sets the pace; the first of equals (max() would pick the same)
     crit: Num = 0
@@ -325,10 +333,20 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         best = where(better, per_mb[k], best)
         crit = where(better, k, crit)
     total: Num = 0.0
+    back: Num = 0.0          # the backward (with its recomputation) of one micro-batch, summed over stages
+    compute_sum: Num = 0.0   # forward and backward
     for i in range(p):
+        c = classes[stage_class[i]]
         total = total + per_mb[stage_class[i]]
+        back = back + c.bwd_s + c.recompute_s
+        compute_sum = compute_sum + c.fwd_s + c.bwd_s + c.recompute_s
     mean = total / p
     bubble = (p - 1) / v * mean
+    # one stage's backward slot and forward slot of one micro-batch (communication shared in
+    # proportion): the pipeline's drain and fill are made of them
+    back_share = where(compute_sum > 0, back / maximum(compute_sum, 1e-30), 0.0)
+    slot_b = mean * back_share
+    slot_f = mean - slot_b
 
     def cs(field: str):
         return pick(crit, [getattr(c, field) for c in classes])
@@ -338,28 +356,53 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     p2p = cs("pp_s")
     pp_comm = (2 * (p - 1) * p2p / (2 * v) if overlap_pp else m * p2p) if p > 1 else 0.0
 
-    # DP: reductions of the stage that finishes last (stage 0 in 1F1B) overlap its last backward;
-    # a later stage of a class finishes earlier still, so each class's first stage exposes the most
+    # DP, as Megatron-Core (core_r0.8.0) schedules it. Gradients are reduced only in the last
+    # micro-batch's backward (the schedules run the others under no_sync). The first pipeline stage
+    # (stage 0 in 1F1B, the one that finishes last) buckets its gradients and launches each bucket's
+    # reduce-scatter as soon as the bucket's gradients are ready, so its last backward hides all but
+    # the last bucket. Later stages neither bucket (distributed_data_parallel.py: bucket_size = None
+    # on pipeline ranks > 0, "data-parallel communication on these stages is not on the critical
+    # path") nor reduce during their backward (delay_grad_reduce, on by default: schedules.py runs
+    # their grad_sync_func after the cool-down, "Other pipeline stages do grad reduction during
+    # pipeline bubble"): stage s's reduction starts when its backward ends and hides behind the s
+    # backward slots the stages before it still run (the drain), where stage s computes nothing, so
+    # nothing is slowed. Parameter all-gathers (--overlap-param-gather) mirror this at the start of
+    # the next step: the first stage chains its buckets under its first forward (distrib_optimizer.py:
+    # the next bucket's all-gather is launched when the forward reaches the previous one), a later
+    # stage's single all-gather is waited for at its first forward, s forward slots into the fill.
+    # With interleaving (v chunks) each chunk's reduction starts when its last backward is done
+    # (_chunked_exposure) and the drain/fill slots are chunk slots.
     dp_exposed = 0.0
     opt = 0.0
+    bucket = bucket_elements(dp)
     for s, params in zip(classes, class_params):
-        last_bucket = minimum(1.0, BUCKET_ELEMENTS / maximum(params, 1.0))
+        last_bucket = minimum(1.0, bucket / maximum(params, 1.0))
         # overlapped pipeline sends share the NICs with the DP traffic they run beside: the backward's
         # gradient sends take the backward's window, the forward's activation sends the forward's
         shared = where(logical_and(overlap_pp, s.pp_shares_nic), s.pp_s / 2, 0.0) if p > 1 else 0.0
         slowed = 0.0     # collective time hidden under compute, which it slows (OVERLAP_SLOWDOWN)
+        first = s.stage == 0
+        drain = s.stage * slot_b / v       # backward slots the earlier stages run after this one ends
+        fill = s.stage * slot_f / v        # forward slots before this stage's first forward
         if overlap_dp:
-            backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s - shared   # compute free to hide the reduction
-            under_compute = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v), s.dp_sync_s * last_bucket)
-            slowed = slowed + (s.dp_sync_s - under_compute)
-            # stages other than the first finish early: the drain of the pipeline hides their sync
-            grad = maximum(under_compute - s.stage * mean / v, s.dp_sync_s * last_bucket)
+            if first or v > 1:
+                backward = s.bwd_s + s.recompute_s - s.cp_hidden_bwd_s - shared   # compute free to hide it
+                own = maximum(_chunked_exposure(s.dp_sync_s, backward, m, p, v), s.dp_sync_s * last_bucket)
+                slowed = slowed + (s.dp_sync_s - own)
+                # a later stage's chunks: its own cool-down hides them first, then the drain
+                grad = own if first else maximum(own - drain, 0.0)
+            else:       # one bucket, launched when the stage's backward ends
+                grad = maximum(s.dp_sync_s - drain, 0.0)
         else:
             grad = s.dp_sync_s
         if overlap_param_gather:
-            gather = maximum(_chunked_exposure(s.param_gather_s, s.fwd_s - s.cp_hidden_fwd_s - shared, m, p, v),
-                             s.param_gather_s * last_bucket)
-            slowed = slowed + (s.param_gather_s - gather)
+            if first or v > 1:
+                own = maximum(_chunked_exposure(s.param_gather_s, s.fwd_s - s.cp_hidden_fwd_s - shared, m, p, v),
+                              s.param_gather_s * last_bucket)
+                slowed = slowed + (s.param_gather_s - own)
+                gather = own if first else maximum(own - fill, 0.0)
+            else:       # one all-gather, waited for at the stage's first forward
+                gather = maximum(s.param_gather_s - fill, 0.0)
         else:
             gather = s.param_gather_s
         dp_exposed = maximum(dp_exposed, grad + gather + OVERLAP_SLOWDOWN * slowed)

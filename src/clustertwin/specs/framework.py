@@ -63,6 +63,10 @@ class FrameworkProfile:
     # bytes per gradient element under fp16 training when the stack reduces in the parameter dtype
     # (None: grad_reduce_bytes whatever the precision)
     grad_reduce_bytes_fp16: int | None = None
+    # passes over the whole gradient buffer the DP wrapper makes each step outside the optimizer, each
+    # reading (and, for the scaling, writing) every gradient element before its bucket is reduced:
+    # "nan_check" (a norm, one read) and "scale" (the 1/dp averaging, a read and a write, when dp > 1)
+    grad_buffer_checks: tuple[str, ...] = ()
     # host time per kernel, Python and dispatcher included (constants host.*): a layer's phase takes at
     # least the host time of issuing its kernels, forward (and recomputation) and backward apart
     cpu_dispatch_s: float = value("host.megatron_forward_per_kernel_s")
@@ -165,9 +169,14 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # --tp-comm-overlap, distributed optimizer (ZeRO-1), sequence parallelism with TP. The loss is the
     # vocab-parallel cross-entropy in PyTorch ops (fp32 logits) unless --cross-entropy-loss-fusion
     # (off by default). bf16 gradients reduced in fp32 ("bfloat16 requires gradient accumulation and
-    # all-reduce to be done in fp32", arguments.py).
+    # all-reduce to be done in fp32", arguments.py). Before each bucket's reduce-scatter the DDP
+    # wrapper takes the bucket's norm to check for NaN (check_for_nan_in_grad, on unless
+    # --no-check-for-nan-in-loss-and-grad) and scales it by 1/dp (gradient_scaling_factor; averaging
+    # in the collective is opt-in, --ddp-average-in-collective): Bucket.start_grad_sync in
+    # megatron/core/distributed/param_and_grad_buffer.py, core_r0.8.0.
     FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
-                     contiguous_param_grad_buffers=True, family="megatron", released="2024-01"),
+                     contiguous_param_grad_buffers=True, grad_buffer_checks=("nan_check", "scale"), family="megatron",
+                     released="2024-01"),
     # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
     # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
     # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property, lru_cache
 
+from ..arith import where
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
 from ..specs import TrainingJob
@@ -309,7 +310,7 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
             nbytes = n * (gb if elem == "grad" else pb)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
-    shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb)
+    shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb)
     step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
     return tuple(step), tuple(per_mb)
 
@@ -339,13 +340,25 @@ def dp_collectives(zero_stage: int, per_step: bool = False) -> tuple[tuple[str, 
             ("fsdp.grad_reduce_scatter", "reduce_scatter", Phase.BWD, True, "grad"))
 
 
-def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: int):
+def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: int,
+                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4):
     """(parameters in this rank's optimizer shard, bytes the optimizer step moves): Adam over the shard
     (fp32 master, m, v; read grad; write 16-bit weights), plus the gradient-norm pass for clipping and
-    zeroing the gradient buffer. Floats, or arrays of many ranks."""
+    zeroing the gradient buffer, plus the framework's passes over the gradient buffer before its
+    reduction (``grad_checks``, FrameworkProfile.grad_buffer_checks: a NaN-check norm reads it, the
+    1/dp scaling reads and writes it where dp > 1; ``grad_bytes`` per element). Floats, or arrays of
+    many ranks."""
     shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
     shard_expert = expert / (edp if zero_stage >= 1 else 1)
     shard = shard_dense + shard_expert
     grad_buffer = (dense + expert) if zero_stage < 2 else shard
     adam_bytes = shard * (4 + 8 + 8 + 8 + param_bytes) + shard * 4 + grad_buffer * 4
+    if zero_stage < 3:
+        if "nan_check" in grad_checks:
+            adam_bytes = adam_bytes + (dense + expert) * grad_bytes
+        if "scale" in grad_checks:
+            # scaled in place, dense buckets by 1/dp_cp and expert buckets by 1/edp, where those exceed 1
+            dense_scaled = where(dp_cp > 1, dense, 0.0)
+            expert_scaled = where(edp > 1, expert, 0.0)
+            adam_bytes = adam_bytes + 2 * grad_bytes * (dense_scaled + expert_scaled)
     return shard, adam_bytes
