@@ -289,6 +289,10 @@ def _cp_exchange(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
             [collective("attn.cp_ring.bwd", "send_recv", "cp", 2 * kv * steps, BWD, overlappable=True, layer=layer)])
 
 
+# the ring's exchanges the compute stream waits for at once (schedule/step.py accumulate_ops)
+LAST_STEP_CP = "attn.cp_grad_exchange_last"
+
+
 def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     """What torch's experimental ring attention (torch/distributed/tensor/experimental/_attention.py of
     Dec 2024, as torchtitan 9dec370 calls it) runs besides its SDPA calls, on the busiest rank (the last
@@ -298,7 +302,8 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
       ``heads`` K/V heads, not ``kv_heads``; the default rotater (``allgather``) all-gathers them once
       (bf16), issued before the first step's attention and waited at the second step; backward
       all-gathers them again and passes the float32 dK/dV accumulators to the next rank every step
-      (all-to-all rotater). Overlappable: they run beside the steps' attention.
+      (all-to-all rotater), each beside the next step's attention; the last one is waited for after
+      the loop (``LAST_STEP_CP``).
     * forward: one flash call per step (priced by the attention kernel), each step's output cast to
       float32 and merged with the running output and log-sum-exp in eager kernels
       (``cp.torch_merge_*``), the first cast and the final cast back, the K/V made contiguous.
@@ -317,8 +322,10 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
                        + kv_elems * _CP_KV_CONTIG, FWD, layer, kernels=2 + _CP_MERGE_KERNELS * (n - 1))]
     bwd = [collective("attn.cp_allgather.bwd", "all_gather", "cp", kv_bytes * c.cp, BWD, overlappable=True,
                       layer=layer),
-           collective("attn.cp_grad_exchange", "send_recv", "cp", kv_elems * _CP_GRAD_XCHG * steps, BWD,
+           collective("attn.cp_grad_exchange", "send_recv", "cp", kv_elems * _CP_GRAD_XCHG * (steps - 1), BWD,
                       overlappable=True, layer=layer),
+           # the last step's dK/dV, waited for after the loop (dkv_rotater.next_buffer()): nothing left to hide it
+           collective(LAST_STEP_CP, "send_recv", "cp", kv_elems * _CP_GRAD_XCHG, BWD, overlappable=True, layer=layer),
            elementwise("attn.cp_grad_accum", (q_elems * _CP_ACC_Q + kv_elems * _CP_ACC_KV) * steps
                        + (q_elems + kv_elems) * _CP_BWD_ONCE + kv_elems * _CP_KV_CONTIG, BWD, layer,
                        kernels=4 + _CP_ACC_KERNELS * n)]
