@@ -311,7 +311,6 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
       concatenated, the send buffers built (``cp.torch_grad_*``), the final casts.
     """
     steps = c.cp
-    n = int(np.max(c.cp))   # kernels per call: a count, the largest ring of a stack of contexts
     kv_elems = c.tokens * c.heads * (c.qk_head_dim + c.v_head_dim)     # K and V, heads repeated
     q_elems = c.tokens * c.heads * c.qk_head_dim
     out_elems = c.tokens * c.heads * c.v_head_dim
@@ -319,7 +318,7 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     fwd = [collective("attn.cp_allgather", "all_gather", "cp", kv_bytes * c.cp, FWD, overlappable=True,
                       layer=layer),
            elementwise("attn.cp_merge", out_elems * (_CP_FWD_ONCE + _CP_MERGE * (steps - 1))
-                       + kv_elems * _CP_KV_CONTIG, FWD, layer, kernels=2 + _CP_MERGE_KERNELS * (n - 1))]
+                       + kv_elems * _CP_KV_CONTIG, FWD, layer, kernels=2 + _CP_MERGE_KERNELS * (steps - 1))]
     bwd = [collective("attn.cp_allgather.bwd", "all_gather", "cp", kv_bytes * c.cp, BWD, overlappable=True,
                       layer=layer),
            collective("attn.cp_grad_exchange", "send_recv", "cp", kv_elems * _CP_GRAD_XCHG * (steps - 1), BWD,
@@ -328,7 +327,7 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
            collective(LAST_STEP_CP, "send_recv", "cp", kv_elems * _CP_GRAD_XCHG, BWD, overlappable=True, layer=layer),
            elementwise("attn.cp_grad_accum", (q_elems * _CP_ACC_Q + kv_elems * _CP_ACC_KV) * steps
                        + (q_elems + kv_elems) * _CP_BWD_ONCE + kv_elems * _CP_KV_CONTIG, BWD, layer,
-                       kernels=4 + _CP_ACC_KERNELS * n)]
+                       kernels=4 + _CP_ACC_KERNELS * steps)]
     return fwd, bwd
 
 
