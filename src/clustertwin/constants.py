@@ -770,8 +770,78 @@ _FIT_BOUNDS: list[Constant] = [
     for name, (lo, hi, why) in _FIT_BOUNDS_SRC.items() for end, v in (("low", lo), ("high", hi))
 ]
 
+# ---- PyTorch's own distributed code paths as torchtitan ran them (torch nightly 1963fc8 of 2024-12-23,
+# torchtitan 9dec370 of 2024-12-26): bytes each memory-bound pass moves, read from the code ---------------
+_TORCH_STACK: list[Constant] = [
+    Constant("fsdp2.copy_out_bytes_per_element", 4, "bytes/element",
+             "PyTorch FSDP2 _fsdp_collectives.py foreach_all_gather_copy_out: after each all-gather, "
+             "torch.ops.fsdp.split_with_sizes_copy copies the gathered buffer into every unsharded parameter "
+             "(read and write one 16-bit element each), on the default stream in FSDPParamGroup.wait_for_unshard",
+             "FSDP2 step time: memory-bound copy per all-gathered parameter element, on the compute stream"),
+    Constant("fsdp2.reduce_copy_in_read_bytes_per_element", 2, "bytes/element",
+             "PyTorch FSDP2 foreach_reduce: foreach_reduce_scatter_copy_in (torch._chunk_cat of the unsharded "
+             "16-bit gradients into the reduce_dtype input buffer) before each reduce-scatter; the default "
+             "stream waits for it before freeing the gradients ('Only after the copy-in finishes can we free "
+             "the gradients')",
+             "FSDP2 step time: the gradient read of the copy-in (the write is the reduce dtype's bytes)"),
+    Constant("optimizer.torch_foreach_adamw_bytes_per_param", 80, "bytes/param",
+             "torch/optim/adamw.py _multi_tensor_adamw (foreach=True; torchtitan optimizer.py passes "
+             "foreach = not fused, --optimizer.fused off by default), fp32 params, grads and states: "
+             "_foreach_mul_ (weight decay) 8 + _foreach_lerp_ (exp_avg) 12 + _foreach_mul_ (exp_avg_sq) 8 + "
+             "_foreach_addcmul_ 12 + _foreach_sqrt 8 + _foreach_div_ 8 + _foreach_add_ (eps) 8 + "
+             "_foreach_addcdiv_ 16 bytes read and written per parameter",
+             "optimizer time of the torch foreach AdamW (torchtitan): bytes per parameter of the rank's shard"),
+    Constant("optimizer.torch_clip_grad_norm_bytes_per_param", 12, "bytes/param",
+             "torch.nn.utils.clip_grad_norm_ (torchtitan utils.clip_grad_norm_, max_norm = 1.0 in its train "
+             "configs): _foreach_norm reads each fp32 gradient (4) and clip_grads_with_norm_ always runs "
+             "_foreach_mul_ by the clamped coefficient (read and write, 8)",
+             "optimizer time of torchtitan: the gradient-norm clipping passes per parameter of the shard"),
+    Constant("cp.torch_merge_bytes_per_output_element", 38, "bytes/element",
+             "torch/distributed/tensor/experimental/_attention.py _SDPAMerger (convert_to_f32 = True) per "
+             "ring step: block_out.to(float32) 6 (read 2, write 4), out - block_out 12, "
+             "sigmoid(block_lse - lse) * (...) 8, out - (...) 12 bytes per output element in eager kernels "
+             "(the ring runs inside DTensor's op dispatch, beneath the compiled graph)",
+             "torch ring attention (torchtitan CP): forward output merge per ring step"),
+    Constant("cp.torch_forward_once_bytes_per_output_element", 12, "bytes/element",
+             "_SDPAMerger: the first step's output cast to float32 (step: out.to(torch.float32), read 2, write "
+             "4) and results() casting the merged output back to 16 bits (read 4, write 2)",
+             "torch ring attention: forward casts once per layer call"),
+    Constant("cp.torch_kv_contiguous_bytes_per_element", 4, "bytes/element",
+             "_templated_ring_attention and its backward: key.contiguous(), value.contiguous() copy the K/V "
+             "torchtitan passes (repeat_kv output transposed to (bs, heads, seq, dim): not contiguous; "
+             "torchtitan models/llama/model.py) -- read 2, write 2 bytes per element, forward and backward",
+             "torch ring attention: the K/V copies at the start of forward and backward"),
+    Constant("cp.torch_grad_once_bytes_per_element", 10, "bytes/element",
+             "_templated_ring_attention_backward: torch.zeros_like float32 accumulators for dQ, dK, dV (write "
+             "4) and the final casts to the input dtype (grad_query.to, next_grad_kv.to: read 4, write 2)",
+             "torch ring attention backward: once per layer call, per Q and K/V element"),
+    Constant("cp.torch_merge_kernels_per_step", 9, "kernels",
+             "_SDPAMerger._merge_one: to(float32), two subtractions, sigmoid, multiply, subtraction for the "
+             "output; subtraction, logsigmoid, subtraction for the log-sum-exp",
+             "torch ring attention: kernels of one merge step"),
+    Constant("cp.torch_grad_accum_q_bytes_per_element", 10, "bytes/element",
+             "_attention.py _templated_ring_attention_backward: grad_query (float32, convert_to_f32) += the "
+             "step's 16-bit dQ: read 4 + 2, write 4 bytes per query element and ring step",
+             "torch ring attention backward: dQ accumulation per ring step"),
+    Constant("cp.torch_grad_accum_kv_bytes_per_element", 25, "bytes/element",
+             "_attention.py _templated_ring_attention_backward per ring step on the heaviest rank "
+             "(i <= rank: _partial_update): half the K/V gradient added in float32 (10 / 2 = 5), torch.cat "
+             "of its chunks (8), torch.cat of grad_key and grad_value for the send (8), and the 16-bit K/V "
+             "concatenated for the next rank (torch.cat, 4) bytes per K/V element (K and V counted)",
+             "torch ring attention backward: dK/dV accumulation and the buffers sent, per ring step"),
+    Constant("cp.torch_grad_accum_kernels_per_step", 6, "kernels",
+             "_templated_ring_attention_backward per step: the dK and dV additions, the two torch.cat of "
+             "_partial_update, the torch.cat of the send buffer and the dQ addition",
+             "torch ring attention backward: kernels per ring step"),
+    Constant("cp.torch_grad_exchange_bytes_per_element", 4, "bytes/element",
+             "_templated_ring_attention_backward: the dK/dV sent to the next rank every ring step are the "
+             "float32 accumulators (accum_dtype float32; dkv_rotater = _RotateMethod.ALL_TO_ALL, "
+             "ft_c.permute_tensor)",
+             "torch ring attention backward: bytes per K/V gradient element passed per ring step"),
+]
+
 CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
-                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS)
+                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS, *_TORCH_STACK)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

@@ -35,7 +35,8 @@ from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at,
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan
-from ..workload.graph import (StageParams, dp_collectives, layer_context, optimizer_traffic, pipeline_message_bytes,
+from ..workload.graph import (StageParams, dp_collectives, fsdp2_copy_bytes, layer_context, optimizer_traffic,
+                              pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
@@ -769,7 +770,7 @@ class _Layout:
             pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
             dp_rows = _one(dp_rows)
             sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
-            fsdp = [(_one(ag), _one(rs), units) for ag, rs, units in fsdp]
+            fsdp = [(_one(ag), _one(rs), units, _one(cp)) for ag, rs, units, cp in fsdp]
             params_rows = [_one(x) for x in params_rows]
         decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
 
@@ -798,9 +799,9 @@ class _Layout:
                                    cp_hidden_fwd_s=base.cp_hidden_fwd_s * cp_shares_link,
                                    cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
                                    pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
-                    ag, rs, units = fsdp[k]
+                    ag, rs, units, copies = fsdp[k]
                     st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
-                                             st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic)
+                                             st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic) + copies
                     stage_times.append(st)
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
                                                opg, dp_rows)
@@ -879,7 +880,7 @@ class _Layout:
         gb, pb = pr.fw.grad_reduce_bytes, (4 if plans.precision == "fp32" else 2)
         k_range = range(len(self.classes))
         sync, gather, opt = ([np.zeros(n) for _ in k_range] for _ in range(3))
-        fsdp_ag, fsdp_rs = ([np.zeros(n) for _ in k_range] for _ in range(2))
+        fsdp_ag, fsdp_rs, fsdp_copy = ([np.zeros(n) for _ in k_range] for _ in range(3))
         units = [cls.n_dense + cls.n_moe + int(cls.is_first or cls.is_last) for cls in self.classes]
         nic_shared: Any = False
         dp_cross = np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1
@@ -930,14 +931,31 @@ class _Layout:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
-                                            take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb)
+                                            take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb,
+                                            foreach=pr.fw.optimizer_impl == "torch_foreach")
+                copies = self._fsdp2_copies(k, z, take, pb, gb)
+                if copies is not None:
+                    if self.pp > 1 and pr.fw.fsdp_unsharded_with_pp:
+                        adam = adam + copies      # gathered and reduced once per step, beside the optimizer
+                    else:                         # per micro-batch, on the compute stream: never hidden
+                        fsdp_copy[k][sel] = _rows_of(pr._memory_bound.memory_bound_time(copies, 3 * units[k]), inv)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
                 fsdp_rs[k][sel] = _rows_of(acc["fsdp_rs"], inv)
                 opt[k][sel] = _rows_of(pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS), inv)
-        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k]) for k in k_range]
+        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k], fsdp_copy[k]) for k in k_range]
         return sync, gather, opt, fsdp, nic_shared, cp_shares_link
+
+    def _fsdp2_copies(self, k: int, z: int, take, pb: int, gb: int) -> Any:
+        """Bytes (None where there are none) of FSDP2's copy-out and reduce-scatter copy-in (``fsdp2_copy_bytes``) of stage class
+        ``k`` per micro-batch, over the parameters sharded over more than one rank (ZeRO-3, a framework
+        whose FSDP copies them: fsdp2_copies)."""
+        if z < 3 or not self.pr.fw.fsdp2_copies:
+            return None
+        params = (take(self.dense[k]) * (take(self.dp_cp) > 1) + take(self.expert[k]) * (take(self.edp) > 1))
+        per_step = self.pp > 1 and self.pr.fw.fsdp_unsharded_with_pp
+        return fsdp2_copy_bytes(params, pb, gb, gathers=1 if per_step else 2)
 
 
 def _shape_key(plans: PlanSet) -> tuple:

@@ -28,6 +28,7 @@ from ..parallel.layout import group_placements
 from ..specs.hardware import ClusterSpec
 from ..workload.graph import WorkloadGraph
 from ..workload.ops import Op, OpKind, Phase, is_score_gemm
+from ..workload.transformer import LAST_STEP_CP
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance", "pp_comm", "dp_comm",
                   "bubble", "optimizer", "other")
@@ -188,6 +189,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     stream = []   # (host, GPU, on the compute stream) per op, for the host-bound floor
     chunks = pricer.compute.tp_overlap_chunks
     excess: Any = 0.0          # overlapped TP communication that outlasts its GEMMs
+    first_step: list = []      # CP exchanges hidden only behind the ring's first step (FIRST_STEP_CP)
     pending: Any = None        # an overlapped TP collective waiting for the GEMM it runs beside
     after_gemm: Any = None     # the GEMM just before, when the op before was one
     for op, rep in ops:
@@ -221,7 +223,12 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
                     continue  # re-gather for wgrad runs under the dgrad GEMM
                 st.tp_s += t
             elif op.group == "cp":
-                cp_time += t
+                if op.name.startswith(FIRST_STEP_CP):
+                    first_step.append(t)
+                elif op.name == LAST_STEP_CP:
+                    compute = compute + t         # waited for once the ring's loop ends: nothing hides it
+                else:
+                    cp_time += t
             elif op.group == "ep":
                 st.ep_s += t
             continue
@@ -230,6 +237,12 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
         compute += t
     if pending is not None:   # nothing after it to hide behind
         excess = excess + tp_overlap_excess(pending, 0.0, chunks)
+    # an exchange waited for at the ring's second step hides behind the first step's attention only
+    # (1/cp of it: the load-balanced ring gives every step the same work); the rest the compute stream waits
+    for t in first_step:
+        wait = maximum(0.0, t - attn_time / pricer.compute.attention_chunks)
+        compute = compute + wait
+        cp_time = cp_time + (t - wait)
     idle = host_idle(stream)   # where the host issues slower than the GPU runs, the GPU waits
     # while the compute stream waits for the host, the TP stream goes on: that time hides the excess too
     st.tp_excess_s = st.tp_excess_s + maximum(0.0, excess - idle)
@@ -240,6 +253,12 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     else:
         st.recompute_s += compute + idle
     return cp_time, attn_time + idle
+
+
+# CP exchanges issued before the ring's first attention step and waited for at its second: torch's
+# all-gather rotater ("'allgather' means to all-gather all kv shards on ranks after the first sub-SDPA
+# computation", torchtitan config_manager.py --experimental.context_parallel_rotate_method, 9dec370)
+FIRST_STEP_CP = "attn.cp_allgather"
 
 
 def exposed_cp(cp_time, attn_time):

@@ -104,6 +104,17 @@ class FrameworkProfile:
     # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
     # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
     fsdp_unsharded_with_pp: bool = False
+    # context parallelism's ring: "" = Megatron-Core / Transformer Engine's (K/V passed around the ring,
+    # priced as its exchange); "torch" = torch.distributed.tensor.experimental.context_parallel as of Dec
+    # 2024 (K/V all-gathered once, repeated K/V heads, one SDPA call per ring step, fp32 output merges and
+    # fp32 dQ/dK/dV accumulation passed around the ring: transformer.py _torch_ring_ops)
+    cp_ring: str = ""
+    # the optimizer step's memory passes: "fused" (one multi-tensor Adam pass, optimizer_traffic) or
+    # "torch_foreach" (torch.optim.AdamW(foreach=True) and clip_grad_norm_: one pass per foreach op)
+    optimizer_impl: str = "fused"
+    # FSDP2 (fully_shard) copies each all-gathered buffer into the unsharded parameters and each unsharded
+    # gradient into the reduce-scatter buffer on the compute stream (batch.py fsdp2_copy_bytes)
+    fsdp2_copies: bool = False
     # which plans it can run (module docstring; parallel/rules.py checks them)
     capabilities: Capabilities = Capabilities()
     # what a run of this stack does when its description is silent (validate states it as an assumption)
@@ -236,13 +247,22 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   (PrepareModuleInput + ColwiseParallel, parallelize_llama.py), so each GEMM saves the gathered input;
     #   run_llama_train.sh sets PYTORCH_CUDA_ALLOC_CONF="expandable_segments:True"; the logged memory
     #   is the caching allocator's peak reserved bytes (metrics.py, reserved_bytes.all.peak)
+    # - CP: torch.distributed.tensor.experimental.context_parallel with the K/V all-gathered
+    #   (--experimental.context_parallel_rotate_method default "allgather", config_manager.py), SDPA
+    #   limited to flash / memory-efficient (utils.py get_train_context: sdpa_kernel([FLASH_ATTENTION,
+    #   EFFICIENT_ATTENTION])) so flash (FlashAttention-2) runs, K/V heads repeated before SDPA (model.py
+    #   repeat_kv): cp_ring="torch"
+    # - optimizer: torch.optim.AdamW(foreach = not fused; --optimizer.fused off, optimizer.py) and
+    #   clip_grad_norm_ (max_norm 1.0 in the train configs): optimizer_impl="torch_foreach"
+    # - FSDP2 (fully_shard) all-gather copy-out and reduce-scatter copy-in on the compute stream: fsdp2_copies
     FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
-                     loss_memory="torch", sp_saves_gathered_input=True,
+                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
+                     optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
@@ -250,7 +270,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
-                     loss_memory="torch", sp_saves_gathered_input=True,
+                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
+                     optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
 )
 
@@ -274,7 +295,8 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
                      master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
-                     fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True,
+                     fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
+                     optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
     FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,

@@ -16,6 +16,13 @@ from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
 from .moe import load_factor
 from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, op_sac_recompute
+from ..constants import value
+
+# torch's own memory passes as torchtitan runs them (constants fsdp2.*, optimizer.torch_*)
+_FOREACH_ADAMW_BYTES = value("optimizer.torch_foreach_adamw_bytes_per_param")
+_CLIP_BYTES = value("optimizer.torch_clip_grad_norm_bytes_per_param")
+_COPY_OUT_BYTES = value("fsdp2.copy_out_bytes_per_element")
+_COPY_IN_READ_BYTES = value("fsdp2.reduce_copy_in_read_bytes_per_element")
 
 
 @dataclass(frozen=True)
@@ -123,7 +130,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
         moe_load_factor=_moe_load(model, plan, seq_len),
         moe_node_dedup=_node_dedup(model, plan), etp=etp if model.is_moe else 1,
-        sp_keeps_gathered=fw.sp_saves_gathered_input,
+        sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring,
     )
 
 
@@ -310,9 +317,18 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
             nbytes = n * (gb if elem == "grad" else pb)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
-    shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb)
+    shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb,
+                                          foreach=fw.optimizer_impl == "torch_foreach")
     step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
     return tuple(step), tuple(per_mb)
+
+
+def fsdp2_copy_bytes(params, param_bytes: int, grad_bytes: int, gathers: int = 2):
+    """Bytes FSDP2 (fully_shard) copies on the compute stream for ``params`` unsharded parameters:
+    each all-gather's copy-out into the parameters (``gathers``: forward and backward's re-gather) and
+    the reduce-scatter copy-in of the 16-bit gradients into the reduce-dtype buffer (``grad_bytes``
+    written per element). Floats or arrays."""
+    return params * (gathers * _COPY_OUT_BYTES * param_bytes / 2 + _COPY_IN_READ_BYTES + grad_bytes)
 
 
 def fsdp_per_step(plan, fw: FrameworkProfile) -> bool:
@@ -341,18 +357,22 @@ def dp_collectives(zero_stage: int, per_step: bool = False) -> tuple[tuple[str, 
 
 
 def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: int,
-                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4):
+                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4, foreach: bool = False):
     """(parameters in this rank's optimizer shard, bytes the optimizer step moves): Adam over the shard
     (fp32 master, m, v; read grad; write 16-bit weights), plus the gradient-norm pass for clipping and
     zeroing the gradient buffer, plus the framework's passes over the gradient buffer before its
     reduction (``grad_checks``, FrameworkProfile.grad_buffer_checks: a NaN-check norm reads it, the
     1/dp scaling reads and writes it where dp > 1; ``grad_bytes`` per element). Floats, or arrays of
-    many ranks."""
+    many ranks. ``foreach``: torch's foreach AdamW over fp32 weights (one pass per foreach op) and
+    clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam."""
     shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
     shard_expert = expert / (edp if zero_stage >= 1 else 1)
     shard = shard_dense + shard_expert
-    grad_buffer = (dense + expert) if zero_stage < 2 else shard
-    adam_bytes = shard * (4 + 8 + 8 + 8 + param_bytes) + shard * 4 + grad_buffer * 4
+    if foreach:
+        adam_bytes = shard * (_FOREACH_ADAMW_BYTES + _CLIP_BYTES)
+    else:
+        grad_buffer = (dense + expert) if zero_stage < 2 else shard
+        adam_bytes = shard * (4 + 8 + 8 + 8 + param_bytes) + shard * 4 + grad_buffer * 4
     if zero_stage < 3:
         if "nan_check" in grad_checks:
             adam_bytes = adam_bytes + (dense + expert) * grad_bytes

@@ -23,6 +23,16 @@ from .ops import Op, OpKind, Phase, is_score_gemm
 
 FWD, BWD = Phase.FWD, Phase.BWD
 _ATTN_BWD_FLOPS = value("attention.backward_flops_factor")  # FlashAttention backward / forward FLOPs
+# torch's experimental ring attention (cp_ring "torch"): bytes of its eager passes (constants cp.torch_*)
+_CP_MERGE, _CP_FWD_ONCE, _CP_KV_CONTIG = (value("cp.torch_merge_bytes_per_output_element"),
+                                          value("cp.torch_forward_once_bytes_per_output_element"),
+                                          value("cp.torch_kv_contiguous_bytes_per_element"))
+_CP_ACC_Q, _CP_ACC_KV, _CP_BWD_ONCE = (value("cp.torch_grad_accum_q_bytes_per_element"),
+                                       value("cp.torch_grad_accum_kv_bytes_per_element"),
+                                       value("cp.torch_grad_once_bytes_per_element"))
+_CP_GRAD_XCHG = value("cp.torch_grad_exchange_bytes_per_element")
+_CP_MERGE_KERNELS = int(value("cp.torch_merge_kernels_per_step"))
+_CP_ACC_KERNELS = int(value("cp.torch_grad_accum_kernels_per_step"))
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class LayerContext:
     vocab_pad: int = 1      # the framework pads the vocabulary to a multiple of vocab_pad x tp
     loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
     sp_keeps_gathered: bool = False  # with SP, the column-parallel GEMMs save their all-gathered input (DTensor)
+    cp_ring: str = ""       # "" (Megatron / Transformer Engine ring) | "torch" (torch's experimental ring, _torch_ring_ops)
 
     @property
     def moe_tokens(self) -> int:
@@ -270,10 +281,54 @@ def _cp_exchange(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     overlapped with the attention of the chunk at hand; backward passes K/V and their gradients."""
     if _all(c.cp == 1):
         return [], []
+    if c.cp_ring == "torch":
+        return _torch_ring_ops(c, layer)
     kv = c.tokens * c.kv_heads * (c.qk_head_dim + c.v_head_dim) * 2
     steps = c.cp - 1
     return ([collective("attn.cp_ring", "send_recv", "cp", kv * steps, FWD, overlappable=True, layer=layer)],
             [collective("attn.cp_ring.bwd", "send_recv", "cp", 2 * kv * steps, BWD, overlappable=True, layer=layer)])
+
+
+# the ring's exchanges the compute stream waits for at once (schedule/step.py accumulate_ops)
+LAST_STEP_CP = "attn.cp_grad_exchange_last"
+
+
+def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
+    """What torch's experimental ring attention (torch/distributed/tensor/experimental/_attention.py of
+    Dec 2024, as torchtitan 9dec370 calls it) runs besides its SDPA calls, on the busiest rank (the last
+    of the ring: every step after the first merges the whole output), per layer and micro-batch:
+
+    * K/V exchange: torchtitan repeats the K/V heads before SDPA (repeat_kv), so the ring moves
+      ``heads`` K/V heads, not ``kv_heads``; the default rotater (``allgather``) all-gathers them once
+      (bf16), issued before the first step's attention and waited at the second step; backward
+      all-gathers them again and passes the float32 dK/dV accumulators to the next rank every step
+      (all-to-all rotater), each beside the next step's attention; the last one is waited for after
+      the loop (``LAST_STEP_CP``).
+    * forward: one flash call per step (priced by the attention kernel), each step's output cast to
+      float32 and merged with the running output and log-sum-exp in eager kernels
+      (``cp.torch_merge_*``), the first cast and the final cast back, the K/V made contiguous.
+    * backward: float32 zeros for dQ/dK/dV, per step dQ and dK/dV accumulated in float32, the chunks
+      concatenated, the send buffers built (``cp.torch_grad_*``), the final casts.
+    """
+    steps = c.cp
+    kv_elems = c.tokens * c.heads * (c.qk_head_dim + c.v_head_dim)     # K and V, heads repeated
+    q_elems = c.tokens * c.heads * c.qk_head_dim
+    out_elems = c.tokens * c.heads * c.v_head_dim
+    kv_bytes = kv_elems * c.act_bytes
+    fwd = [collective("attn.cp_allgather", "all_gather", "cp", kv_bytes * c.cp, FWD, overlappable=True,
+                      layer=layer),
+           elementwise("attn.cp_merge", out_elems * (_CP_FWD_ONCE + _CP_MERGE * (steps - 1))
+                       + kv_elems * _CP_KV_CONTIG, FWD, layer, kernels=2 + _CP_MERGE_KERNELS * (steps - 1))]
+    bwd = [collective("attn.cp_allgather.bwd", "all_gather", "cp", kv_bytes * c.cp, BWD, overlappable=True,
+                      layer=layer),
+           collective("attn.cp_grad_exchange", "send_recv", "cp", kv_elems * _CP_GRAD_XCHG * (steps - 1), BWD,
+                      overlappable=True, layer=layer),
+           # the last step's dK/dV, waited for after the loop (dkv_rotater.next_buffer()): nothing left to hide it
+           collective(LAST_STEP_CP, "send_recv", "cp", kv_elems * _CP_GRAD_XCHG, BWD, overlappable=True, layer=layer),
+           elementwise("attn.cp_grad_accum", (q_elems * _CP_ACC_Q + kv_elems * _CP_ACC_KV) * steps
+                       + (q_elems + kv_elems) * _CP_BWD_ONCE + kv_elems * _CP_KV_CONTIG, BWD, layer,
+                       kernels=4 + _CP_ACC_KERNELS * steps)]
+    return fwd, bwd
 
 
 def _mlp(c: LayerContext, name: str, width: int, tokens: int, layer: str, batch: int = 1) -> tuple[list[Op], list[Op]]:
@@ -433,8 +488,8 @@ def op_sac_recompute(c: LayerContext, fwd: tuple[Op, ...]) -> tuple[Op, ...]:
                   "mlp.down": 1.0 if c.gated else 0.0, "attn.proj": 0.0}
     out = []
     for op in fwd:
-        if op.is_comm or op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
-            continue
+        if op.is_comm or op.kind == OpKind.ATTENTION or is_score_gemm(op.name) or op.name.startswith("attn.cp_"):
+            continue    # (the ring's merges run inside the SDPA op whose output SAC keeps)
         base = op.name.removesuffix(".fp8_cast")
         share = 1.0 - keep_share.get(base, 0.0)
         if share <= 0.0:

@@ -1,0 +1,154 @@
+"""What torch's own distributed code runs under torchtitan (issue 16, items 2-4): the experimental ring
+attention's passes per ring step, FSDP2's copy-out / copy-in on the compute stream, the foreach AdamW
+and clip_grad_norm_ passes. Byte counts checked by hand from the constants' sources."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+import clustertwin as ct
+from clustertwin.catalog import cluster_for_gpu, load_model
+from clustertwin.constants import value
+from clustertwin.schedule.step import FIRST_STEP_CP, StageTime, accumulate_ops
+from clustertwin.specs import make_job, make_plan
+from clustertwin.specs.framework import get_framework
+from clustertwin.workload.graph import build_graph, fsdp2_copy_bytes, layer_context, optimizer_traffic
+from clustertwin.workload.ops import Op, OpKind, Phase
+from clustertwin.workload.transformer import LAST_STEP_CP, layer_ops
+
+MODEL = "llama3-8b"
+
+
+def _ctx(framework: str, cp: int, seq: int = 65536):
+    model = load_model(MODEL)
+    plan = make_plan(tp=1, pp=1, dp=8 // cp, cp=cp, zero_stage=3, micro_batch=1, recompute="full")
+    return model, layer_context(model, plan, seq, get_framework(framework))
+
+
+def _by_name(ops):
+    return {op.name: op for op in ops}
+
+
+def test_torch_ring_merge_and_accumulation_bytes_per_step():
+    model, c = _ctx("torchtitan-compile", 4)
+    fwd, bwd, _ = layer_ops(c, False)
+    f, b = _by_name(fwd), _by_name(bwd)
+    heads, d = c.heads, model.qk_head_dim
+    assert heads == model.num_heads                      # tp 1: every head on the rank
+    out = c.tokens * heads * d
+    kv = c.tokens * heads * 2 * d                        # K and V with the heads repeated (repeat_kv)
+    merge = out * (value("cp.torch_forward_once_bytes_per_output_element")
+                   + value("cp.torch_merge_bytes_per_output_element") * 3) \
+        + kv * value("cp.torch_kv_contiguous_bytes_per_element")
+    assert f["attn.cp_merge"].bytes == pytest.approx(merge)
+    acc = (out * value("cp.torch_grad_accum_q_bytes_per_element")
+           + kv * value("cp.torch_grad_accum_kv_bytes_per_element")) * 4 \
+        + (out + kv) * value("cp.torch_grad_once_bytes_per_element") + kv * value("cp.torch_kv_contiguous_bytes_per_element")
+    assert b["attn.cp_grad_accum"].bytes == pytest.approx(acc)
+    # K/V all-gathered in 16 bits (the whole group's), dK/dV passed in fp32 every step, the last apart
+    assert f[FIRST_STEP_CP].comm_bytes == pytest.approx(kv * 2 * 4)
+    assert b["attn.cp_grad_exchange"].comm_bytes == pytest.approx(kv * 4 * 3)
+    assert b[LAST_STEP_CP].comm_bytes == pytest.approx(kv * 4)
+
+
+def test_ring_passes_only_on_the_torch_ring_and_only_with_cp():
+    _, c1 = _ctx("torchtitan-compile", 1, 8192)
+    assert not [op for op in layer_ops(c1, False)[0] if op.name.startswith("attn.cp")]
+    _, cm = _ctx("megatron", 4)
+    names = {op.name for op in layer_ops(cm, False)[0] + layer_ops(cm, False)[1]}
+    assert "attn.cp_merge" not in names and "attn.cp_ring" in names
+
+
+def test_op_level_sac_does_not_repeat_the_ring_merges():
+    _, c = _ctx("torchtitan-compile", 4)
+    from clustertwin.workload.transformer import op_sac_recompute
+    assert not [op for op in op_sac_recompute(c, tuple(layer_ops(c, False)[0])) if op.name.startswith("attn.cp")]
+
+
+def test_foreach_adamw_and_clip_bytes():
+    shard, fused = optimizer_traffic(8e9, 0.0, 8, 1, 3, 2)
+    shard_f, foreach = optimizer_traffic(8e9, 0.0, 8, 1, 3, 2, foreach=True)
+    assert shard == shard_f == 1e9
+    assert foreach == pytest.approx(1e9 * (80 + 12))
+    assert foreach > fused
+
+
+def test_fsdp2_copy_bytes_by_hand():
+    # two gathers' copy-out (read + write 2 bytes) and the copy-in reading bf16 and writing fp32
+    assert fsdp2_copy_bytes(1e9, 2, 4) == pytest.approx(1e9 * (2 * 4 + 2 + 4))
+    assert fsdp2_copy_bytes(1e9, 2, 4, gathers=1) == pytest.approx(1e9 * (4 + 2 + 4))
+
+
+def _job(framework: str, cp: int = 1, seq: int = 8192, dp: int = 8, global_batch: int | None = None):
+    model = load_model(MODEL)
+    cluster = cluster_for_gpu("h100-sxm", dp * cp)
+    plan = make_plan(tp=1, pp=1, dp=dp, cp=cp, zero_stage=3, micro_batch=1, recompute="full",
+                     global_batch=global_batch)
+    return make_job(model, cluster, plan, seq, framework)
+
+
+def test_fsdp2_copies_are_paid_per_micro_batch_on_the_compute_stream():
+    job = _job("torchtitan-compile")
+    p = ct.predict_job(job)
+    g = build_graph(job)
+    params = sum(s.params.total for s in g.stages)
+    gpu = job.cluster.gpu
+    per_mb = fsdp2_copy_bytes(params, 2, 4) / gpu.hbm_bandwidth_bytes_per_s   # at full HBM bandwidth: a floor
+    # never hidden: the DP/FSDP share of the step holds at least the copies of every micro-batch
+    assert p.breakdown_s["dp_comm"] >= g.num_microbatches * per_mb
+    assert sum(p.breakdown_s.values()) == pytest.approx(p.step_time_s)
+
+
+def test_megatron_prices_no_fsdp2_copies():
+    job = _job("megatron")
+    assert not get_framework("megatron").fsdp2_copies
+    p = ct.predict_job(job)
+    assert sum(p.breakdown_s.values()) == pytest.approx(p.step_time_s)
+
+
+class _Compute:
+    tp_overlap_chunks = 1
+
+    def __init__(self, chunks):
+        self.attention_chunks = chunks
+
+    def host_time(self, op):
+        return 0.0
+
+
+def _pricer(times: dict, chunks: int):
+    return SimpleNamespace(time=lambda op: times[op.name], compute=_Compute(chunks))
+
+
+def _comm(name, phase=Phase.FWD):
+    return Op(name, OpKind.COLLECTIVE, phase, collective="all_gather", group="cp", comm_bytes=1.0,
+              overlappable=True, layer="layer")
+
+
+def test_first_step_all_gather_hides_behind_one_ring_step_only():
+    attn = Op("attn.flash2", OpKind.ATTENTION, Phase.FWD, flops=1.0, bytes=1.0, layer="layer")
+    ops = [(_comm(FIRST_STEP_CP), 1), (attn, 1)]
+    st = StageTime(0)
+    cp, hide = accumulate_ops(st, ops, Phase.FWD, _pricer({FIRST_STEP_CP: 0.010, "attn.flash2": 0.008}, 4))
+    # the first of 4 steps runs 2 ms of attention: 8 ms of the 10 ms gather the compute stream waits for
+    assert st.fwd_s == pytest.approx(0.008 + 0.008)
+    assert cp == pytest.approx(0.002)
+    st2 = StageTime(0)
+    cp2, _ = accumulate_ops(st2, ops, Phase.FWD, _pricer({FIRST_STEP_CP: 0.001, "attn.flash2": 0.008}, 4))
+    assert st2.fwd_s == pytest.approx(0.008) and cp2 == pytest.approx(0.001)   # fully hidden
+
+
+def test_last_ring_exchange_is_waited_for():
+    attn = Op("attn.flash2.bwd", OpKind.ATTENTION, Phase.BWD, flops=1.0, bytes=1.0, layer="layer")
+    st = StageTime(0)
+    cp, _ = accumulate_ops(st, [(attn, 1), (_comm(LAST_STEP_CP, Phase.BWD), 1)], Phase.BWD,
+                           _pricer({LAST_STEP_CP: 0.003, "attn.flash2.bwd": 0.02}, 4))
+    assert st.bwd_s == pytest.approx(0.023) and cp == 0.0
+
+
+def test_ring_cost_grows_with_the_ring_but_never_beats_cp1_per_token():
+    """One sequence per step, 16K tokens per rank: a longer sequence over more CP ranks never takes less time."""
+    t = [ct.predict_job(_job("torchtitan-compile", cp=cp, seq=16384 * cp, dp=1, global_batch=1)).step_time_s
+         for cp in (1, 2, 4, 8)]
+    assert t == sorted(t)
