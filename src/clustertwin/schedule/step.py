@@ -208,7 +208,8 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             # embedding and head run once beside many layers: the host's lead over the layers' long
             # kernels hides their issue time (not priced: the lead is not tracked across blocks)
             on_stream = t / pricer.compute.tp_overlap_chunks if comm and op.group == "tp" else t
-            stream.append((pricer.compute.host_time(op) * rep, on_stream, blocking))
+            stream.append((pricer.compute.host_time(op) * rep, on_stream, blocking,
+                           bool(op.extra and op.extra.get("host_sync"))))
         if op.extra and "load_factor" in op.extra:
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]
