@@ -312,7 +312,9 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     where the host *waits* for them (``moe.dtoh_sync``: the all-to-all's splits and the grouped GEMM's
     per-expert sizes are host integers), permutation 1 (tokens grouped by destination rank), the
     all-to-all, permutation 2 (``sort_chunks_by_idxs``: the received chunks regrouped by local expert,
-    when a rank holds more than one), the experts, and the same passes in reverse to combine. DeepEP
+    when a rank holds more than one), the experts (in FP8 between a padding and an unpadding copy:
+    megatron/core/transformer/moe/experts.py TEGroupedMLP.forward, quantization_padding), and the same
+    passes in reverse to combine. DeepEP
     sends each token straight from its unsorted place and groups the received ones by expert once
     (one permutation each way)."""
     a = c.act_bytes
@@ -338,6 +340,15 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
         fwd.append(elementwise("moe.sort_chunks", routed * c.hidden * 2 * a, FWD, layer))
     per_expert = maximum(1, routed // maximum(1, c.experts_local))
     e_fwd, e_bwd = _mlp(c, "moe.expert", c.expert_ffn, per_expert, layer, batch=c.experts_local)
+    if c.gemm_dtype == "fp8" and c.moe_dispatcher != "deepep":
+        # FP8 GEMMs need each expert's rows in multiples of the recipe's alignment: Megatron-Core's
+        # TEGroupedMLP copies the tokens into a padded buffer (TE Fp8Padding) and the output back out
+        # (Fp8Unpadding); each copy's backward is the reverse copy of the gradient
+        pad = routed * c.hidden * 2 * a
+        e_fwd = [elementwise("moe.expert.fp8_pad", pad, FWD, layer), *e_fwd,
+                 elementwise("moe.expert.fp8_unpad", pad, FWD, layer)]
+        e_bwd = [elementwise("moe.expert.fp8_unpad.bwd", pad, BWD, layer), *e_bwd,
+                 elementwise("moe.expert.fp8_pad.bwd", pad, BWD, layer)]
     e_fwd, e_bwd = _loaded(e_fwd, c.moe_load_factor), _loaded(e_bwd, c.moe_load_factor)
     fwd += e_fwd
     bwd: list[Op] = []
