@@ -97,7 +97,7 @@ def gemm_aligned_many(op: Op) -> Any:
     return np.logical_and(np.equal(np.mod(a, step), 0), np.equal(np.mod(b, step), 0))
 
 
-def host_idle(stream: Sequence[tuple[Any, Any, bool]]) -> Any:
+def host_idle(stream: Sequence[tuple[Any, ...]]) -> Any:
     """GPU idle time of a stream the host feeds, beyond its busy time, per run of ``stream`` in steady
     state. ``stream``: the ops of a phase of a block in issue order as (host seconds, GPU seconds,
     whether it runs on the compute stream[, whether the host first waits for the GPU to finish all it was
@@ -112,8 +112,9 @@ def host_idle(stream: Sequence[tuple[Any, Any, bool]]) -> Any:
     busy: Any = 0.0
     once: Any = 0.0
     for run in range(2):
-        for h, g, on_stream, *sync in stream:
-            if sync and sync[0]:
+        for entry in stream:
+            h, g, on_stream = entry[0], entry[1], entry[2]
+            if len(entry) > 3 and entry[3]:
                 host = maximum(host, gpu)         # the host waits for the GPU to reach this op (a D2H read-back)
             host += h
             if on_stream:
