@@ -107,14 +107,14 @@ def host_idle(stream: Sequence[tuple[Any, ...]]) -> Any:
     behind and adds where the host is. Blocks repeat (layer after layer), and the host's lead carries
     from one to the next: the idle of one run is that of two runs less that of one. Seconds may be
     floats or arrays (many shape classes at once, element by element the same arithmetic)."""
+    waits: list[bool]                             # the optional fourth field of an entry
     host: Any = 0.0
     gpu: Any = 0.0
     busy: Any = 0.0
     once: Any = 0.0
     for run in range(2):
-        for entry in stream:
-            h, g, on_stream = entry[0], entry[1], entry[2]
-            if len(entry) > 3 and entry[3]:
+        for h, g, on_stream, *waits in stream:
+            if any(waits):
                 host = maximum(host, gpu)         # the host waits for the GPU to reach this op (a D2H read-back)
             host += h
             if on_stream:
