@@ -122,7 +122,9 @@ def test_deepep_dispatch_lowers_the_ep_time_of_an_ep_group_across_nodes():
     a2a, dedup = _deepseek("alltoall"), _deepseek("deepep")
     assert dedup.graph.plan.moe_dispatcher == "deepep" and a2a.graph.plan.moe_dispatcher == "alltoall"
     assert 0 < dedup.breakdown_s["ep_comm"] < 0.7 * a2a.breakdown_s["ep_comm"]
-    assert dedup.breakdown_s["compute"] == pytest.approx(a2a.breakdown_s["compute"])
+    # DeepEP groups the received tokens by expert once; the all-to-all dispatcher also re-sorts the
+    # received chunks by local expert and back (permutation 2): more compute, never less
+    assert dedup.breakdown_s["compute"] < a2a.breakdown_s["compute"]
     assert dedup.step_time_s < a2a.step_time_s
 
 

@@ -840,8 +840,51 @@ _TORCH_STACK: list[Constant] = [
              "torch ring attention backward: bytes per K/V gradient element passed per ring step"),
 ]
 
+# ---- mixture-of-experts layers (issue 16: fine-grained experts) ----------------------------------
+_MCORE_DISPATCHER = ("Megatron-Core megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher "
+                     "(preprocess, dispatch_postprocess, combine_preprocess, _maybe_dtoh_and_synchronize)")
+_TE_GROUPED = ("Transformer Engine common/include/transformer_engine/gemm.h 'constexpr int num_streams = 4' and "
+               "nvte_multi_stream_cublas_gemm (common/gemm/cublaslt_gemm.cu): te.GroupedLinear runs one cuBLAS GEMM "
+               "per local expert, round-robin over num_streams compute streams joined by events ('For now, we "
+               "only have multi-stream cublas backend', pytorch/csrc/extensions/gemm.cpp)")
+
+_MOE: list[Constant] = [
+    Constant("moe.grouped_gemm_streams", 4, "streams", _TE_GROUPED,
+             "expert GEMM time: a layer's local experts run as separate GEMMs, at most this many at once; the "
+             "tiles of the concurrent ones share the SMs' waves (priced as a batch of min(streams, experts) "
+             "GEMMs, repeated experts/streams times)"),
+    Constant("moe.expert_gemm_launch_host_s", 5e-6, "s",
+             "assumed: one cublasLtMatmul call with its workspace and stream/event bookkeeping, issued from TE's "
+             "C++ loop (no Python, no autograd per expert): a few us, the usual cost of a CUDA kernel launch "
+             "from C++ (NVIDIA, 'Getting Started with CUDA Graphs', 2019: a few us of launch overhead per "
+             "kernel); not measured here. " + _TE_GROUPED,
+             "host time of an expert GEMM: one Python call of the grouped linear plus this per local expert"),
+    Constant("moe.dtoh_sync_s", 10e-6, "s",
+             "assumed: a few small pinned device-to-host copies of the token counts (cudaMemcpyAsync on a side "
+             "stream) and a cudaEventSynchronize wake-up after the GPU reaches them, a few us each; not measured "
+             "here. The synchronisation itself: " + _MCORE_DISPATCHER + " copies the per-rank and per-expert "
+             "token counts to the host and synchronises ('A synchronization is needed before expert parallel "
+             "AlltoAll communication to get the input_splits and output_splits CPU values'); "
+             "te.GroupedLinear.forward takes the per-expert token counts as a host list (m_splits), so every "
+             "dropless dispatcher feeding it reads them back once per MoE layer and micro-batch",
+             "host time of a dropless MoE layer's forward: the host waits until the GPU has run everything "
+             "before the dispatch (its lead over the GPU is lost), then pays this"),
+    Constant("moe.router_kernels_forward", 14, "kernels",
+             "derived: Megatron-Core's fused router and alltoall preprocess per MoE layer forward "
+             "(megatron/core/transformer/moe/router.py TopKRouter with moe_router_fusion, and "
+             + _MCORE_DISPATCHER + "): fused top-k with score function (1), aux-loss scores, tokens per "
+             "expert and the fused aux loss (3); routing-map sum, input splits, the gathered counts' slice, "
+             "two sums (5); the device-to-host copies of the token counts, input/output splits and "
+             "num_out_tokens (5)",
+             "host time of the router/top-k/aux-loss op of a MoE layer forward (kernels x per-kernel dispatch)"),
+    Constant("moe.router_kernels_backward", 3, "kernels",
+             "derived: the backward of the fused top-k/score function (1) and of the aux loss (2) in "
+             "Megatron-Core's router (megatron/core/transformer/moe/router.py, moe_utils.py)",
+             "host time of the router/top-k/aux-loss backward of a MoE layer"),
+]
+
 CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
-                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS, *_TORCH_STACK)
+                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS, *_TORCH_STACK, *_MOE)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

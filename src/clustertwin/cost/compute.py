@@ -15,7 +15,7 @@ from typing import Any, Sequence, cast
 
 import numpy as np
 
-from ..arith import maximum
+from ..arith import maximum, minimum
 from ..constants import group, value
 from ..specs.hardware import GPUSpec
 from ..workload.ops import Op, OpKind, Phase, element_bytes, is_score_gemm
@@ -32,6 +32,21 @@ _HEAD_DIM_EXP = value("attention.head_dim_exponent")
 _ALIGN_BYTES = value("gemm.alignment_bytes")           # leading dimensions in multiples of this run fastest
 _UNALIGNED_EFF = value("gemm.unaligned_efficiency")    # efficiency multiplier of an unaligned GEMM
 _COLLECTIVE_HOST = value("host.collective_launch_s")   # host time of one collective launch
+_EXPERT_STREAMS = int(value("moe.grouped_gemm_streams"))   # expert GEMMs that run at once (TE grouped linear)
+_EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one expert's GEMM launch
+_DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
+
+
+def is_expert_gemm(op: Op) -> bool:
+    """A routed experts' GEMM (its batch is the rank's local experts)."""
+    return op.kind == OpKind.GEMM and op.name.startswith("moe.expert.")
+
+
+def fill_batch(op: Op) -> Any:
+    """The GEMMs whose tiles share the SMs' waves: the batch, but for routed experts, which run as one
+    cuBLAS GEMM per expert on ``moe.grouped_gemm_streams`` streams, at most that many."""
+    batch = op.shape[0]
+    return minimum(batch, _EXPERT_STREAMS) if is_expert_gemm(op) else batch
 
 
 def gemm_aligned(op: Op) -> bool:
@@ -82,21 +97,25 @@ def gemm_aligned_many(op: Op) -> Any:
     return np.logical_and(np.equal(np.mod(a, step), 0), np.equal(np.mod(b, step), 0))
 
 
-def host_idle(stream: Sequence[tuple[Any, Any, bool]]) -> Any:
+def host_idle(stream: Sequence[tuple[Any, ...]]) -> Any:
     """GPU idle time of a stream the host feeds, beyond its busy time, per run of ``stream`` in steady
     state. ``stream``: the ops of a phase of a block in issue order as (host seconds, GPU seconds,
-    whether it runs on the compute stream). The host issues each op after the one before; an op starts
+    whether it runs on the compute stream[, whether the host first waits for the GPU to finish all it was
+    given: a device-to-host read-back such as a dropless MoE layer's token counts]). The host issues each op after the one before; an op starts
     once issued and once the stream's previous op is done; the launch queue lets the host run ahead of
     long kernels (CUDA launches are asynchronous), so host time hides behind GPU time where the GPU is
     behind and adds where the host is. Blocks repeat (layer after layer), and the host's lead carries
     from one to the next: the idle of one run is that of two runs less that of one. Seconds may be
     floats or arrays (many shape classes at once, element by element the same arithmetic)."""
+    waits: list[bool]                             # the optional fourth field of an entry
     host: Any = 0.0
     gpu: Any = 0.0
     busy: Any = 0.0
     once: Any = 0.0
     for run in range(2):
-        for h, g, on_stream in stream:
+        for h, g, on_stream, *waits in stream:
+            if any(waits):
+                host = maximum(host, gpu)         # the host waits for the GPU to reach this op (a D2H read-back)
             host += h
             if on_stream:
                 gpu = maximum(gpu, host) + g
@@ -130,6 +149,7 @@ class ComputePricer:
         if tables is not None and tables.has_gemm(op.dtype):
             return self._measured_gemm_time(op, tables)
         eff = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
+        batch = fill_batch(op)
         chunks = self._gemm_chunks(op)
         if chunks > 1:
             m_chunk = m // chunks if not op.name.endswith(".wgrad") else m
@@ -153,7 +173,8 @@ class ComputePricer:
 
     def _measured_gemm_time(self, op: Op, tables) -> float:
         """A GEMM priced from a measured (M, N, K) table: a batched GEMM counts as batch x M rows."""
-        batch, m, n, k = op.shape
+        _, m, n, k = op.shape
+        batch = fill_batch(op)
         chunks = self._gemm_chunks(op)
         if chunks > 1:
             wgrad = op.name.endswith(".wgrad")
@@ -223,7 +244,8 @@ class ComputePricer:
         return t + self.fw.kernel_gap_s * op.kernels
 
     def _gemm_times(self, op: Op, tp_overlap_chunks: Any) -> Any:
-        batch, m, n, k = cast("tuple[Any, Any, Any, Any]", op.shape)   # ints, or arrays of many shape classes
+        _, m, n, k = cast("tuple[Any, Any, Any, Any]", op.shape)   # ints, or arrays of many shape classes
+        batch = fill_batch(op)
         eff: Any = self.profile.gemm_efficiency.get(op.dtype, self.profile.gemm_efficiency["bf16"]) * self.clock
         if self._is_layer_gemm(op):    # split into chunks where TP overlap chunks it (see gemm_time)
             split = np.asarray(tp_overlap_chunks) > 1
@@ -263,6 +285,10 @@ class ComputePricer:
         if op.is_comm:
             return _COLLECTIVE_HOST
         per_kernel = self.fw.backward_dispatch_s if op.phase == Phase.BWD else self.fw.cpu_dispatch_s
+        if is_expert_gemm(op):   # one grouped-linear call from Python, then a C++ loop of per-expert launches
+            return per_kernel * op.kernels + _EXPERT_LAUNCH_HOST * op.shape[0]
+        if op.extra and op.extra.get("host_sync"):   # the read-back the host waits for (host_idle)
+            return per_kernel * op.kernels + _DTOH_SYNC
         return per_kernel * op.kernels
 
     def _launch_bound(self, t, kernels: int):

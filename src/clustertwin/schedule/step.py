@@ -177,6 +177,26 @@ class ManyPricer:
         return out
 
 
+def host_stream_entry(op: Op, t, rep, pricer) -> tuple | None:
+    """What ``host_idle`` takes for one op of a layer: (host seconds, seconds on the compute stream,
+    whether it blocks the stream, whether the host first waits for the GPU). Embedding and head run
+    once beside many layers: the host's lead over the layers' long kernels hides their issue time (not
+    priced: the lead is not tracked across blocks), so they give None."""
+    if op.layer not in ("layer", "moe_layer"):
+        return None
+    comm = op.is_comm
+    blocking = not comm or (op.group in ("tp", "ep") and not op.overlappable)
+    on_stream = t / pricer.compute.tp_overlap_chunks if comm and op.group == "tp" else t
+    return (pricer.compute.host_time(op) * rep, on_stream, blocking, bool(op.extra and op.extra.get("host_sync")))
+
+
+def phase_host_idle(ops, pricer: Pricer) -> float:
+    """The GPU's wait for the host over one phase of a block (the ops in issue order, each once): the
+    idle ``accumulate_ops`` adds to that phase's compute, for the replay to add the same."""
+    stream = [e for op in ops if (e := host_stream_entry(op, pricer.time(op), 1, pricer)) is not None]
+    return host_idle(stream) if stream else 0.0
+
+
 def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[float, float]:
     """Add the priced ``(op, repeat)`` pairs of one phase to ``st``: compute to fwd/bwd/recompute,
     exposed TP and MoE communication to tp_s/ep_s. Returns (CP ring time, the compute-stream time that
@@ -206,12 +226,9 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             excess = excess + tp_overlap_excess(pending, t, chunks)
             pending = None
         after_gemm = t if is_gemm else None
-        blocking = not comm or (op.group in ("tp", "ep") and not op.overlappable)
-        if op.layer in ("layer", "moe_layer"):
-            # embedding and head run once beside many layers: the host's lead over the layers' long
-            # kernels hides their issue time (not priced: the lead is not tracked across blocks)
-            on_stream = t / pricer.compute.tp_overlap_chunks if comm and op.group == "tp" else t
-            stream.append((pricer.compute.host_time(op) * rep, on_stream, blocking))
+        entry = host_stream_entry(op, t, rep, pricer)
+        if entry is not None:
+            stream.append(entry)
         if op.extra and "load_factor" in op.extra:
             # routing imbalance: the balanced share stays where it belongs, the rest is reported apart
             extra = t - t / op.extra["load_factor"]

@@ -23,6 +23,7 @@ from ..workload.ops import Op, OpKind, Stream, is_score_gemm
 
 # elementwise ops of the unfused attention core (with the score GEMMs: what the CP ring hides behind)
 _ATTN_ELEMENTWISE = ("attn.softmax", "attn.dropout")
+HOST_IDLE = "host.idle"   # the step of a program that stands for the compute stream's wait for the host
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,8 @@ class Program:
 
     @property
     def compute_s(self) -> float:
-        return sum(s.duration_s for s in self.steps if not s.is_comm)
+        """Seconds of the block's kernels on the compute stream (not its wait for the host)."""
+        return sum(s.duration_s for s in self.steps if not s.is_comm and s.op.name != HOST_IDLE)
 
 
 def _is_attn_core(op: Op) -> bool:
@@ -82,8 +84,11 @@ def comm_latency(pricer, op: Op) -> float:
     return min(pricer.time(op), pricer.network.latency(pl, op.collective))
 
 
-def build_program(ops: tuple[Op, ...] | list[Op], pricer, tp: int, overlap_tp: bool) -> Program:
-    """The program of ``ops`` (one block, one phase, recomputation first for a backward)."""
+def build_program(ops: tuple[Op, ...] | list[Op], pricer, tp: int, overlap_tp: bool,
+                  host_idle_s: float = 0.0) -> Program:
+    """The program of ``ops`` (one block, one phase, recomputation first for a backward).
+    ``host_idle_s``: the time the compute stream waits for the host over the block (the analytic
+    model's ``phase_host_idle``), replayed as one wait on the compute stream at the block's end."""
     ops = list(ops)
     n = len(ops)
     # the overlappable TP all-gather (re-gather for wgrad) moves to the dgrad GEMM before it
@@ -157,4 +162,10 @@ def build_program(ops: tuple[Op, ...] | list[Op], pricer, tp: int, overlap_tp: b
     exits = list(frontier) + ring + join_after_gemm
     dependents = {d for s in steps for d in s.deps}
     exits += [i for i in range(len(steps)) if i not in dependents and i not in exits]
+    if host_idle_s > 0 and ops:
+        # the host's issue time the GPU could not hide (a dropless MoE layer's read-back of its token
+        # counts, a host-bound stack): the compute stream idles that long before the next block
+        wait = Op(HOST_IDLE, OpKind.ELEMENTWISE, ops[-1].phase, layer=ops[-1].layer, kernels=0)
+        steps.append(Step(wait, Stream.COMPUTE, host_idle_s, 0.0, tuple(sorted(set(exits)))))
+        exits = [len(steps) - 1]
     return Program(tuple(steps), tuple(sorted(set(exits))))

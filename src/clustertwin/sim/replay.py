@@ -32,7 +32,7 @@ from typing import Iterator
 from ..cost.profile import HardwareProfile
 from ..calibrate.profile import profile_for
 from ..errors import PlanError
-from ..schedule.step import OVERLAP_SLOWDOWN, Pricer
+from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle
 from ..specs import TrainingJob
 from ..workload.graph import WorkloadGraph, build_graph
 from ..workload.ops import Op
@@ -250,7 +250,10 @@ class _Replay:
         key = (id(ops) if phase == "F" else (id(b.recompute), id(b.bwd)), phase)
         prog = self.programs.get(key)
         if prog is None:
-            prog = self.programs[key] = build_program(ops, self.pricer, self.tp, bool(self.plan.overlap_tp_comm))
+            idle = (phase_host_idle(b.fwd, self.pricer) if phase == "F"
+                    else phase_host_idle(b.recompute, self.pricer) + phase_host_idle(b.bwd, self.pricer))
+            prog = self.programs[key] = build_program(ops, self.pricer, self.tp, bool(self.plan.overlap_tp_comm),
+                                                      idle)
         return prog
 
     def profile(self, stage: int, block: str, phase: str, factors: tuple[float, ...]) -> MicroProfile:

@@ -130,6 +130,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         shared_ffn=model.shared_ffn // t if model.is_moe else 0, num_experts=model.moe_num_experts, mla=mla,
         moe_load_factor=_moe_load(model, plan, seq_len),
         moe_node_dedup=_node_dedup(model, plan), etp=etp if model.is_moe else 1,
+        moe_dispatcher=(getattr(plan, "moe_dispatcher", None) or "alltoall") if model.is_moe else "alltoall",
         sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring,
     )
 

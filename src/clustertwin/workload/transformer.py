@@ -33,6 +33,8 @@ _CP_ACC_Q, _CP_ACC_KV, _CP_BWD_ONCE = (value("cp.torch_grad_accum_q_bytes_per_el
 _CP_GRAD_XCHG = value("cp.torch_grad_exchange_bytes_per_element")
 _CP_MERGE_KERNELS = int(value("cp.torch_merge_kernels_per_step"))
 _CP_ACC_KERNELS = int(value("cp.torch_grad_accum_kernels_per_step"))
+_ROUTER_KERNELS_FWD = value("moe.router_kernels_forward")   # router, aux loss and dispatcher preprocess
+_ROUTER_KERNELS_BWD = value("moe.router_kernels_backward")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class LayerContext:
     moe_load_factor: float = 1.0  # busiest EP rank's tokens over the mean (routing imbalance)
     moe_node_dedup: tuple[int, ...] = ()  # (top_k, groups, groups per token) with a node-deduplicating dispatcher
     etp: int = 1            # expert tensor-parallel size (expert_ffn is already divided by it)
+    moe_dispatcher: str = "alltoall"  # alltoall (Megatron's) | deepep: which token passes the layer makes
     fused_norm: bool = True  # one norm kernel; False: PyTorch's composite in fp32 (eager)
     vocab_pad: int = 1      # the framework pads the vocabulary to a multiple of vocab_pad x tp
     loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
@@ -107,7 +110,7 @@ def stack_key(c: LayerContext, *, heads: bool = False) -> tuple:
     and the branches the builders take on those numbers; ``heads``: the head counts too (op-level
     selective recomputation's shares depend on them)."""
     same = tuple(getattr(c, f) for f in _CONTEXT_FIELDS if f not in STACKED_FIELDS)
-    return (*same, c.tp == 1, c.cp == 1, c.ep > 1, c.shared_ffn > 0, c.moe_load_factor == 1.0,
+    return (*same, c.tp == 1, c.cp == 1, c.ep > 1, c.shared_ffn > 0, c.moe_load_factor == 1.0, c.experts_local > 1,
             *((c.tp, c.heads, c.kv_heads) if heads else ()))
 
 
@@ -356,27 +359,66 @@ def _mlp(c: LayerContext, name: str, width: int, tokens: int, layer: str, batch:
 
 
 def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
-    """Router, dispatch (all-to-all over ep), grouped expert GEMMs, combine; shared experts beside."""
+    """Router, dispatch (all-to-all over ep), grouped expert GEMMs, combine; shared experts beside.
+
+    What a dropless Megatron-Core layer runs (megatron/core/transformer/moe/token_dispatcher.py,
+    MoEAlltoAllTokenDispatcher): the router and its aux loss (a dozen small kernels,
+    ``moe.router_kernels_forward``), the token counts gathered over the EP group and copied to the host,
+    where the host *waits* for them (``moe.dtoh_sync``: the all-to-all's splits and the grouped GEMM's
+    per-expert sizes are host integers), permutation 1 (tokens grouped by destination rank), the
+    all-to-all, permutation 2 (``sort_chunks_by_idxs``: the received chunks regrouped by local expert,
+    when a rank holds more than one), the experts (in FP8 between a padding and an unpadding copy:
+    megatron/core/transformer/moe/experts.py TEGroupedMLP.forward, quantization_padding), and the same
+    passes in reverse to combine. DeepEP
+    sends each token straight from its unsorted place and groups the received ones by expert once
+    (one permutation each way)."""
     a = c.act_bytes
     tokens = c.moe_tokens                                     # the SP shard, gathered over expert TP
     routed = tokens * c.top_k                                 # token copies this rank sends (balanced)
     router = gemm("moe.router", tokens, c.num_experts, c.hidden, "fp32", 4, 1, FWD, layer)
-    fwd: list[Op] = [router, elementwise("moe.topk", tokens * c.num_experts * 8, FWD, layer),
+    fwd: list[Op] = [router, elementwise("moe.topk", tokens * c.num_experts * 8, FWD, layer,
+                                         kernels=int(_ROUTER_KERNELS_FWD)),
                      elementwise("moe.permute", routed * c.hidden * 2 * a, FWD, layer)]
-    bwd_tail: list[Op] = [*gemm_backward(router), elementwise("moe.permute.bwd", routed * c.hidden * 2 * a, BWD, layer)]
+    bwd_tail: list[Op] = [*gemm_backward(router), elementwise("moe.permute.bwd", routed * c.hidden * 2 * a, BWD, layer),
+                          elementwise("moe.topk.bwd", tokens * c.num_experts * 8, BWD, layer,
+                                      kernels=int(_ROUTER_KERNELS_BWD))]
+    # the per-expert token counts of every EP rank (int64), gathered before the host can size the all-to-all
+    if _all(c.ep > 1):
+        fwd.insert(2, collective("moe.token_counts", "all_gather", "ep", c.num_experts * 8 * c.ep, FWD, layer=layer))
+    # the counts' device-to-host copy; the host waits for it (compute.host_sync)
+    fwd.append(Op("moe.dtoh_sync", OpKind.ELEMENTWISE, FWD, bytes=_float(8.0 * c.num_experts), layer=layer,
+                  extra={"host_sync": True}))
+    sort = c.moe_dispatcher != "deepep" and _all(c.experts_local > 1) and _all(c.ep > 1)
     if _all(c.ep > 1):
         fwd.append(collective("moe.dispatch", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
+    if sort:
+        fwd.append(elementwise("moe.sort_chunks", routed * c.hidden * 2 * a, FWD, layer))
     per_expert = maximum(1, routed // maximum(1, c.experts_local))
     e_fwd, e_bwd = _mlp(c, "moe.expert", c.expert_ffn, per_expert, layer, batch=c.experts_local)
+    if c.gemm_dtype == "fp8" and c.moe_dispatcher != "deepep":
+        # FP8 GEMMs need each expert's rows in multiples of the recipe's alignment: Megatron-Core's
+        # TEGroupedMLP copies the tokens into a padded buffer (TE Fp8Padding) and the output back out
+        # (Fp8Unpadding); each copy's backward is the reverse copy of the gradient
+        pad = routed * c.hidden * 2 * a
+        e_fwd = [elementwise("moe.expert.fp8_pad", pad, FWD, layer), *e_fwd,
+                 elementwise("moe.expert.fp8_unpad", pad, FWD, layer)]
+        e_bwd = [elementwise("moe.expert.fp8_unpad.bwd", pad, BWD, layer), *e_bwd,
+                 elementwise("moe.expert.fp8_pad.bwd", pad, BWD, layer)]
     e_fwd, e_bwd = _loaded(e_fwd, c.moe_load_factor), _loaded(e_bwd, c.moe_load_factor)
     fwd += e_fwd
     bwd: list[Op] = []
+    if sort:
+        fwd.append(elementwise("moe.unsort_chunks", routed * c.hidden * 2 * a, FWD, layer))
     if _all(c.ep > 1):
         fwd.append(collective("moe.combine", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
         bwd.append(collective("moe.combine.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
+    if sort:
+        bwd.append(elementwise("moe.unsort_chunks.bwd", routed * c.hidden * 2 * a, BWD, layer))
     fwd.append(elementwise("moe.unpermute", routed * c.hidden * 2 * a, FWD, layer))
     bwd.append(elementwise("moe.unpermute.bwd", routed * c.hidden * 2 * a, BWD, layer))
     bwd += e_bwd
+    if sort:
+        bwd.append(elementwise("moe.sort_chunks.bwd", routed * c.hidden * 2 * a, BWD, layer))
     if _all(c.ep > 1):
         bwd.append(collective("moe.dispatch.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
     bwd += bwd_tail
@@ -400,7 +442,7 @@ def _loaded(ops: list[Op], factor: float) -> list[Op]:
     """Ops that the busiest EP rank runs ``factor`` times longer (priced balanced, then scaled)."""
     if _all(factor == 1.0):
         return ops
-    return [replace(op, extra={"load_factor": factor}) for op in ops]
+    return [replace(op, extra={**op.extra, "load_factor": factor}) for op in ops]
 
 
 def _qkv(c: LayerContext, layer: str) -> list[Op]:

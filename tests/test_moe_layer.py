@@ -1,0 +1,135 @@
+"""What a dropless MoE layer runs besides its expert FLOPs (issue 16, fine-grained experts): per-expert
+GEMMs on Transformer Engine's streams, the host's wait for the token counts, permutation 2 of the
+all-to-all dispatcher, FP8 padding, the router's small kernels."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+import clustertwin as ct
+from clustertwin.constants import value
+from clustertwin.cost.compute import ComputePricer, fill_batch, host_idle
+from clustertwin.cost.profile import default_profile
+from clustertwin.specs.framework import get_framework
+from clustertwin.catalog import cluster_for_gpu
+from clustertwin.workload.transformer import LayerContext, gemm, layer_ops
+from clustertwin.workload.ops import Phase
+
+STREAMS = int(value("moe.grouped_gemm_streams"))
+
+
+def _ctx(**kw) -> LayerContext:
+    """One Qwen3-30B-A3B-like MoE layer on one of 8 EP ranks (16 local experts of width 768)."""
+    base = dict(micro_batch=1, seq_len=4096, tokens=4096, hidden=2048, heads=32, kv_heads=4, qk_head_dim=128,
+                v_head_dim=128, ffn=768, tp=1, cp=1, sp=False, gated=True, norm="rmsnorm", rope=True, bias=False,
+                dropout=False, attention_kernel="flash", gemm_dtype="bf16", act_bytes=2, fused_bias_act=True,
+                fused_residual=True, fused_rope=True, experts_local=16, top_k=8, ep=8, expert_ffn=768,
+                num_experts=128, moe_dispatcher="alltoall")
+    base.update(kw)
+    return LayerContext(**base)
+
+
+def _names(ops) -> list[str]:
+    return [op.name for op in ops]
+
+
+def test_alltoall_layer_sorts_by_local_expert_each_way_and_waits_for_the_counts():
+    c = _ctx()
+    fwd, bwd, _ = layer_ops(c, True)
+    f, b = _names(fwd), _names(bwd)
+    routed_bytes = 4096 * 8 * 2048 * 2 * 2          # token copies x hidden x (read + write) x bf16
+    for name in ("moe.sort_chunks", "moe.unsort_chunks"):
+        assert next(op for op in fwd if op.name == name).bytes == routed_bytes
+        assert name + ".bwd" in b
+    # order: counts gathered, host waits, then the all-to-all; sort after it, unsort before the combine
+    assert f.index("moe.token_counts") < f.index("moe.dtoh_sync") < f.index("moe.dispatch") < f.index("moe.sort_chunks")
+    assert f.index("moe.unsort_chunks") < f.index("moe.combine")
+    sync = next(op for op in fwd if op.name == "moe.dtoh_sync")
+    assert sync.extra["host_sync"] and sync.phase == Phase.FWD
+    assert not any(op.extra.get("host_sync") for op in bwd)       # backward reuses the forward's splits
+    topk = next(op for op in fwd if op.name == "moe.topk")
+    assert topk.kernels == int(value("moe.router_kernels_forward"))
+
+
+def test_deepep_and_single_expert_ranks_skip_permutation_two():
+    for c in (_ctx(moe_dispatcher="deepep"), _ctx(experts_local=1, ep=128), _ctx(ep=1, experts_local=128)):
+        fwd, bwd, _ = layer_ops(c, True)
+        assert not any("sort_chunks" in n for n in _names(fwd) + _names(bwd))
+        assert "moe.dtoh_sync" in _names(fwd)          # every dropless grouped GEMM needs host token counts
+    assert "moe.token_counts" not in _names(layer_ops(_ctx(ep=1, experts_local=128), True)[0])
+
+
+def test_fp8_experts_pad_and_unpad_their_tokens():
+    fwd, bwd, _ = layer_ops(_ctx(gemm_dtype="fp8"), True)
+    f, b = _names(fwd), _names(bwd)
+    assert f.index("moe.expert.fp8_pad") < f.index("moe.expert.up") < f.index("moe.expert.down") < f.index(
+        "moe.expert.fp8_unpad")
+    assert "moe.expert.fp8_pad.bwd" in b and "moe.expert.fp8_unpad.bwd" in b
+    pad = next(op for op in fwd if op.name == "moe.expert.fp8_pad")
+    assert pad.bytes == 4096 * 8 * 2048 * 2 * 2
+    assert "moe.expert.fp8_pad" not in _names(layer_ops(_ctx(), True)[0])                       # bf16
+    assert "moe.expert.fp8_pad" not in _names(layer_ops(_ctx(gemm_dtype="fp8", moe_dispatcher="deepep"), True)[0])
+
+
+def _pricer(gpu="h100-sxm") -> ComputePricer:
+    cluster = cluster_for_gpu(gpu, 8)
+    return ComputePricer(cluster.gpu, default_profile(cluster.gpu), get_framework("megatron"))
+
+
+def test_expert_gemms_fill_the_gpu_four_at_a_time():
+    pricer = _pricer()
+    e16 = gemm("moe.expert.up", 2048, 1536, 2048, "bf16", 2, batch=16)
+    e4 = gemm("moe.expert.up", 2048, 1536, 2048, "bf16", 2, batch=STREAMS)
+    batched = gemm("attn.batched", 2048, 1536, 2048, "bf16", 2, batch=16)   # one launch of 16 (not experts)
+    assert fill_batch(e16) == STREAMS and fill_batch(batched) == 16 and fill_batch(
+        gemm("moe.expert.up", 8, 8, 8, "bf16", 2, batch=2)) == 2
+    gap = get_framework("megatron").kernel_gap_s
+    # 16 experts on 4 streams take four rounds of 4 (hand-checkable), never less than one packed launch
+    assert pricer.time(e16) - gap == pytest.approx((16 / STREAMS) * (pricer.time(e4) - gap), rel=1e-12)
+    assert pricer.time(e16) >= pricer.time(batched)
+
+
+def test_expert_gemm_host_time_is_one_python_call_and_a_launch_per_expert():
+    pricer = _pricer()
+    fw = get_framework("megatron")
+    e16 = gemm("moe.expert.up", 2048, 1536, 2048, "bf16", 2, batch=16)
+    assert pricer.host_time(e16) == pytest.approx(fw.cpu_dispatch_s + 16 * value("moe.expert_gemm_launch_host_s"))
+    dgrad = replace(e16, name="moe.expert.up.dgrad", phase=Phase.BWD)
+    assert pricer.host_time(dgrad) == pytest.approx(fw.backward_dispatch_s + 16 * value("moe.expert_gemm_launch_host_s"))
+
+
+def test_host_sync_exposes_the_issue_time_after_it():
+    # (host s, GPU s, on the compute stream[, host waits for the GPU]) by hand: a long kernel, the
+    # read-back (host 1 s), a short kernel issued in 2 s. Without the wait the host's lead hides both;
+    # with it the GPU idles while the host reads back and issues the next kernel: 1 + 2 s per run
+    free = [(0.0, 10.0, True), (1.0, 0.0, True), (2.0, 1.0, True)]
+    synced = [(0.0, 10.0, True), (1.0, 0.0, True, True), (2.0, 1.0, True)]
+    assert host_idle(free) == 0.0
+    assert host_idle(synced) == pytest.approx(3.0)
+
+
+def _qwen(dispatcher: str, precision: str = "bf16"):
+    return ct.predict("qwen3-30b-a3b", gpu="h100", num_gpus=16,
+                      plan=f"tp=1,pp=2,vpp=12,ep=8,dispatcher={dispatcher}", precision=precision,
+                      micro_batch=1, global_batch=256, seq_len=4096)
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_fine_grained_moe_breakdown_sums_and_mfu_below_one(precision):
+    for dispatcher in ("alltoall", "deepep"):
+        r = _qwen(dispatcher, precision)
+        assert sum(r.breakdown_s.values()) == pytest.approx(r.step_time_s, rel=1e-12)
+        assert 0 < r.mfu < 1
+    # within one node DeepEP moves the same bytes; the all-to-all dispatcher's extra permutations cost
+    assert _qwen("alltoall", precision).step_time_s > _qwen("deepep", precision).step_time_s
+
+
+def test_slower_host_read_back_never_faster(monkeypatch):
+    import clustertwin.cost.compute as compute
+
+    base = _qwen("alltoall").step_time_s
+    monkeypatch.setattr(compute, "_DTOH_SYNC", 10 * compute._DTOH_SYNC)
+    from clustertwin.workload import transformer
+    transformer.layer_ops.cache_clear()
+    assert _qwen("alltoall").step_time_s >= base
