@@ -77,26 +77,28 @@ def test_mi300x_memory_bound_rate_is_the_measured_copy():
     assert achieved == pytest.approx(3910.62e9, rel=0.01)
 
 
-def test_xgmi_efficiency_is_below_rccls_link_ceiling():
-    """RCCL models a gfx94x xGMI link at 48 of its 64 GB/s per direction (protocol and CRC overhead): bus
-    bandwidth cannot exceed that fraction."""
+def test_xgmi_all_reduce_is_the_measured_rccl_bus_bandwidth():
+    """AMD's rccl-tests all_reduce_perf on 8x MI300X: 318 GB/s bus bandwidth at 8 GB; it stays under RCCL's
+    per-link ceiling of 48 of 64 GB/s (protocol and CRC overhead)."""
+    mi300x = load_gpu("mi300x")
+    busbw = mi300x.scaleup_bandwidth_bytes_per_s * ARCH_PROFILES["cdna"].nvlink_efficiency
+    assert busbw == pytest.approx(318.0e9, rel=0.01)
     assert ARCH_PROFILES["cdna"].nvlink_efficiency <= 48 / 64
-    assert "nvlink_efficiency" in assumed_fields("cdna")
 
 
 def test_measured_cdna_figures_cite_a_measurement():
     for key, c in _profile_constants("cdna").items():
         if not c.assumed:
-            assert any(w in c.source for w in ("Max-Achievable", "rocprofiler-compute")), c.name
+            assert any(w in c.source for w in ("Max-Achievable", "rocprofiler-compute", "rccl-tests")), c.name
 
 
 def test_mi300x_prediction_lists_what_is_assumed():
     mi300x = load_gpu("mi300x")
     note = profile_assumption(mi300x)
     assert note is not None and "assumed" in note
-    for field in ("attention_fwd_efficiency", "nvlink_efficiency", "k_half"):
+    for field in ("attention_fwd_efficiency", "attention_seq_half", "k_half"):
         assert field in note
-    for measured in ("gemm_efficiency.bf16", "gemm_efficiency.fp8", "memory_efficiency"):
+    for measured in ("gemm_efficiency.bf16", "gemm_efficiency.fp8", "memory_efficiency", "nvlink_efficiency"):
         assert measured not in assumed_fields("cdna")
     # a calibrated or measured profile says nothing
     from dataclasses import replace

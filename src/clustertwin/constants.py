@@ -84,10 +84,12 @@ _CDNA_MEM = ("ROCm/rocm-systems rocprofiler-compute tests/test_metric_validation
              "datasheet peak; a user's ROCm roofline run on MI300X reads 4.2 TB/s (0.79, ROCm/legacy-rocm-build"
              "#5070); AMD: 'The 5.3 TB/s BW in the datasheet is the theoretical peak, not achievable with real-world "
              "tests' (ROCm/rocm_bandwidth_test#121). Below Hopper's measured 0.88")
-_CDNA_XGMI = ("assumed: no 8x MI300X rccl-tests all-reduce bus bandwidth at hand; bounded by RCCL's own model of an "
-              "Infinity Fabric (xGMI) link on gfx94x, 48 GB/s per direction after protocol and CRC overhead of the "
-              "64 GB/s raw (ROCm/rccl#1210, RCCL maintainer; ncclTopoXGMISpeed in rccl src/graph/topo.h) = 0.75; "
-              "below Hopper's measured 0.81")
+_CDNA_XGMI = ("ROCm blogs, 'Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X' (AMD, March "
+              "2025; RCCL 2.22.3, ROCm 6.3, one process per GPU): 8x MI300X rccl-tests all_reduce_perf bus bandwidth "
+              "310.5 GB/s at 512 MB, 314.7 at 1 GB, 318.0 at 8 GB, 319.0 at 16 GB of the 448 GB/s per direction "
+              "(7 x 64 GB/s links) = 0.71 at 8 GB; each xGMI link carries 45-48 of its 64 GB/s after CRC and "
+              "protocol overhead (TransferBench all-to-all in the same post; ROCm/rccl#1210) and the slowest of "
+              "the 7 links caps a ring. Below Hopper's measured 0.81")
 _GENERIC = ("assumed: the generic HardwareProfile default from before the per-architecture fill terms; "
             "no measurement of this architecture at hand")
 # Blackwell (B200 at 1,000 W; GB200 at up to 1,200 W): published measurements. A figure a benchmark took in a
@@ -254,7 +256,7 @@ _PROFILES: list[Constant] = [
         k_half=(256, _CDNA_ASSUMED + "; was 48, which priced short-K GEMMs above Hopper's K/(K + 256)"),
         fwd=(0.40, _CDNA), bwd=(0.30, _CDNA),
         seq_half=(1024, _CDNA_ASSUMED + "; was 256, which priced short rows above Hopper's s/(s + 1024)"),
-        mem=(0.74, _CDNA_MEM), nvlink=(0.70, _CDNA_XGMI),
+        mem=(0.74, _CDNA_MEM), nvlink=(0.71, _CDNA_XGMI),
         nic=(0.90, "assumed: the low end of " + _NCCL_IB + " for RCCL")),
 ]
 
