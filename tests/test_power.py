@@ -144,7 +144,7 @@ def test_cli_energy_json_and_predict_flags(capsys):
     (["predict", "--gpu", "a100-80gb", "--power-cap", "5W"], "power-cap"),
     (["predict", "--gpu", "a100-80gb", "--power-cap", "lots"], "power-cap"),
     (["predict", "--gpu", "a100-80gb", "--clock", "5000MHz"], "clock"),
-    (["predict", "--gpu", "mi300x", "--clock", "1200MHz"], "clock"),
+    (["predict", "--gpu", "mi250x", "--clock", "1200MHz"], "clock"),   # no reference clock known
     (["energy", "--gpu", "a100-80gb", "--max-slowdown", "2"], "max-slowdown"),
     (["energy", "--gpu", "a100-80gb", "--max-slowdown", "fast"], "max-slowdown"),
     (["heat", "--gpu", "a100-80gb", "-n", "8", "--temps", "60,61"], "temps"),

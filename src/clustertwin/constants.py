@@ -63,9 +63,33 @@ _H100_COPY = ("shared/calibration h100-sxm_microbench_2026-11-22.csv: a 2 GiB co
 _NCCL_A100 = "nccl-tests on DGX A100: all-reduce bus bandwidth ~230 GB/s of NVLink 3's 300 GB/s per direction"
 _NCCL_H100 = "nccl-tests on DGX H100: all-reduce bus bandwidth ~360-370 GB/s of NVLink 4's 450 GB/s per direction"
 _NCCL_IB = "nccl-tests across DGX nodes: InfiniBand/RoCE bus bandwidth ~90-95% of line rate"
-_MI300X_GEMM = ("public MI300X GEMM benchmarks: hipBLASLt BF16 ~600-700 of the 1,307 TFLOP/s peak "
-                "(0.46-0.54)")
 _CDNA = "assumed: no CDNA measurement at hand; set below the NVIDIA figures, as MI300X's public GEMM results are"
+# CDNA 3 (MI300X at 750 W): published measurements. AMD measures "max-achievable FLOPs" (MAF) with hipBLASLt at a
+# shape that fills all 304 CUs in whole waves with a long K, over ~1 s runs, i.e. at the clock the part sustains
+# under dense matrix load; under that load MI300X runs at ~1.2 GHz, not its 2.1 GHz boost. Where no CDNA
+# measurement exists the figure says "assumed:" and is not above Hopper's sustained one (issue 16, item 7).
+_MI300X_MAF = ("ROCm blogs, 'Measuring Max-Achievable FLOPs - Part 2' (AMD, 2025; hipBLASLt db8e93b, ROCm 6.3, "
+               "MI300X 750 W, 4096x4864x32896, ~1 s runs): BF16 708 TFLOP/s at a median 1,207 MHz engine clock, "
+               "FP16 654 at 1,115 MHz, FP8 (4096x3648x32896) 1,273 at 1,230 MHz (footnote: 1,223.6); the boost "
+               "clock is 2,100 MHz, so dense GEMMs run at ~0.57-0.59 of the clock the datasheet peak assumes")
+_CDNA_BF16 = (_MI300X_MAF + ": 708 / 1,307.4 = 0.54 at a shape with whole waves and K = 32,896 (shape terms "
+              "~0.99); below Hopper's 0.72")
+_CDNA_FP16 = _MI300X_MAF + ": 654 / 1,307.4 = 0.50; below Hopper's 0.72"
+_CDNA_FP8 = (_MI300X_MAF + ": 1,223.6-1,273 / 2,614.9 = 0.47-0.49, taken as 0.48; below Hopper's 0.60. "
+             "Lower readings exist (ROCm/hipBLASLt#1721: 907 TFLOP/s at 8192^3 with the clock pinned at 1,005 MHz)")
+_CDNA_ASSUMED = ("assumed: Hopper's figure (no CDNA measurement at hand; no efficiency above Hopper's sustained one "
+                 "until a measurement says otherwise)")
+_CDNA_MEM = ("ROCm/rocm-systems rocprofiler-compute tests/test_metric_validation.py: the roofline memcopy's HBM "
+             "bandwidth on MI300X is 3,910.62 GB/s (AMD's reference value, 5% tolerance) = 0.74 of the 5.3 TB/s "
+             "datasheet peak; a user's ROCm roofline run on MI300X reads 4.2 TB/s (0.79, ROCm/legacy-rocm-build"
+             "#5070); AMD: 'The 5.3 TB/s BW in the datasheet is the theoretical peak, not achievable with real-world "
+             "tests' (ROCm/rocm_bandwidth_test#121). Below Hopper's measured 0.88")
+_CDNA_XGMI = ("ROCm blogs, 'Understanding RCCL Bandwidth and xGMI Performance on AMD Instinct MI300X' (AMD, March "
+              "2025; RCCL 2.22.3, ROCm 6.3, one process per GPU): 8x MI300X rccl-tests all_reduce_perf bus bandwidth "
+              "310.5 GB/s at 512 MB, 314.7 at 1 GB, 318.0 at 8 GB, 319.0 at 16 GB of the 448 GB/s per direction "
+              "(7 x 64 GB/s links) = 0.71 at 8 GB; each xGMI link carries 45-48 of its 64 GB/s after CRC and "
+              "protocol overhead (TransferBench all-to-all in the same post; ROCm/rccl#1210) and the slowest of "
+              "the 7 links caps a ring. Below Hopper's measured 0.81")
 _GENERIC = ("assumed: the generic HardwareProfile default from before the per-architecture fill terms; "
             "no measurement of this architecture at hand")
 # Blackwell (B200 at 1,000 W; GB200 at up to 1,200 W): published measurements. A figure a benchmark took in a
@@ -226,11 +250,13 @@ _PROFILES: list[Constant] = [
         mem=(0.88, _BLACKWELL_MEM), nvlink=(0.755, _BLACKWELL_NVLINK), nic=(0.93, _BLACKWELL_NIC)),
     *_profile(
         "cdna",
-        _gemm("cdna", {"bf16": 0.52, "fp16": 0.52, "fp8": 0.45, "fp32": 0.7, "tf32": 0.5}, {
-            "bf16": _MI300X_GEMM, "fp16": _MI300X_GEMM, "fp8": _CDNA, "fp32": _CDNA, "tf32": _CDNA}),
+        _gemm("cdna", {"bf16": 0.54, "fp16": 0.50, "fp8": 0.48, "fp32": 0.7, "tf32": 0.5}, {
+            "bf16": _CDNA_BF16, "fp16": _CDNA_FP16, "fp8": _CDNA_FP8, "fp32": _CDNA, "tf32": _CDNA}),
         wave=(1.0, "assumed: the whole tail of the last wave (no stream-K assumed in hipBLASLt)"),
-        k_half=(48.0, _GENERIC), fwd=(0.40, _CDNA), bwd=(0.30, _CDNA), seq_half=(256.0, _GENERIC),
-        mem=(0.80, _CDNA), nvlink=(0.70, _CDNA + " (xGMI under RCCL)"),
+        k_half=(256, _CDNA_ASSUMED + "; was 48, which priced short-K GEMMs above Hopper's K/(K + 256)"),
+        fwd=(0.40, _CDNA), bwd=(0.30, _CDNA),
+        seq_half=(1024, _CDNA_ASSUMED + "; was 256, which priced short rows above Hopper's s/(s + 1024)"),
+        mem=(0.74, _CDNA_MEM), nvlink=(0.71, _CDNA_XGMI),
         nic=(0.90, "assumed: the low end of " + _NCCL_IB + " for RCCL")),
 ]
 
@@ -715,6 +741,12 @@ _POWER: list[Constant] = [
              "GHz; the boost clock is 1,965 MHz and sustained tensor load at 1,000 W holds ~1,580 MHz "
              "(flashinfer-ai/flashinfer#2899), which the profile's sustained efficiencies include",
              "--clock: the SM clock the datasheet peaks (and the profile's efficiencies) refer to"),
+    Constant("power.reference_clock_mhz.mi300x", 2100, "MHz",
+             "the clock the datasheet's dense BF16 peak implies: 1,307.4 TFLOP/s / (304 CUs x 2,048 dense BF16 "
+             "matrix FLOP per clock per CU on CDNA 3) = 2.1 GHz, the MI300X peak engine clock (AMD MI300X data "
+             "sheet); dense GEMMs at 750 W hold a median 1,207 MHz (BF16) to 1,230 MHz (FP8) (ROCm blogs, "
+             "'Measuring Max-Achievable FLOPs - Part 2', 2025), which the profile's sustained efficiencies include",
+             "--clock: the engine clock the datasheet peaks (and the profile's efficiencies) refer to"),
     Constant("power.static_fraction", 0.2, "fraction of TDP",
              "assumed: power a busy-waiting GPU draws at its clocks without tensor or memory work (leakage at "
              "operating temperature, HBM refresh, board), 80 W of an A100's 400 W; Perseus (Chung et al., "

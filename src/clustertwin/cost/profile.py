@@ -10,7 +10,9 @@ source: cuBLAS/hipBLASLt GEMM benchmarks and the shared H100 microbenchmarks for
 FlashAttention-2/3 (Dao 2023; Shah et al. 2024) for attention, STREAM-like copies for HBM, and
 nccl-tests bus bandwidths for NVLink and the NICs. Blackwell's GEMM, attention and NVLink figures come
 from published B200/GB200 benchmarks at sustained clocks (the rest is assumed, never above Hopper's);
-CDNA figures are mostly assumed. ``assumed_fields`` names a profile's assumed entries.
+CDNA 3's GEMM, HBM and xGMI figures come from AMD's published MI300X measurements (GEMMs at the ~1.2 GHz clock
+it sustains under dense load); attention and the shape terms stay assumed, never above Hopper's.
+``assumed_fields`` names a profile's assumed entries.
 Wave quantization: a GEMM whose tiles do not fill whole waves of SMs idles the rest of the last wave
 (NVIDIA GEMM performance guide); Hopper's persistent/stream-K kernels recover part of it.
 """
@@ -85,7 +87,9 @@ ARCH_PROFILES: dict[str, HardwareProfile] = {
     "hopper": _arch_profile("hopper"),
     "blackwell": _arch_profile("blackwell", source="published B200/GB200 benchmarks at sustained clocks for GEMMs, "
                                "attention and NVLink; the rest assumed at Hopper's figures (clustertwin.constants)"),
-    "cdna": _arch_profile("cdna"),
+    "cdna": _arch_profile("cdna", source="published MI300X measurements for GEMMs (AMD max-achievable FLOPs at "
+                          "sustained clocks), HBM (rocprofiler-compute roofline) and xGMI (rccl-tests); attention "
+                          "and the rest assumed, never above Hopper's (clustertwin.constants)"),
 }
 
 
@@ -111,7 +115,7 @@ def assumed_fields(arch: str) -> list[str]:
 
 # architectures whose default profile is new enough that a prediction states what in it is assumed
 # (issue 16, regime 7: Blackwell and anything unmeasured)
-_STATED_ARCHITECTURES = ("blackwell",)
+_STATED_ARCHITECTURES = ("blackwell", "cdna")
 
 
 def profile_assumption(gpu: GPUSpec, profile: HardwareProfile | None = None) -> str | None:
