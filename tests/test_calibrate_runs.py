@@ -153,7 +153,9 @@ def test_validate_cv_source_cli(tmp_path, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["cv"] == "source" and out["n"] == 6 and out["n_predicted"] == 6
     assert {g["source"] for g in out["folds"]} == {"Source A", "Source B", "Source C"}
-    assert all(g["n_train"] == 4 for g in out["folds"])       # the other two sources' rows
+    # the other two sources' rows: fitted, or screened out of the fit as outliers (the synthetic
+    # measurements are far from the model, so the screen may drop one)
+    assert all(g["n_train"] + g["n_screened"] == 4 and g["n_train"] >= 3 for g in out["folds"])
     assert set(out["by_file"]) == {"runs.csv"} and out["mape"] > 0
     assert main(["validate", str(f), "--cv", "source"]) == 0
     assert "leave-one-source-out" in capsys.readouterr().out

@@ -165,10 +165,12 @@ class FoldSummary:
     params: list[ParamResult]
     note: str = ""
     row_files: list[str] = field(default_factory=list)    # the file of each row
+    n_screened: int = 0                   # rows of the other groups screened out of the fit (calibrate's screen_rows)
 
     def to_json(self) -> dict[str, Any]:
         return {"source": self.group, "files": self.files, "n": len(self.report.rows),
-                "n_predicted": len(self.report.ok_rows), "n_train": self.n_train, "mape": self.report.mape,
+                "n_predicted": len(self.report.ok_rows), "n_train": self.n_train,
+                "n_screened": self.n_screened, "mape": self.report.mape,
                 "mape_uncalibrated": self.default.mape, "max_abs_error": self.report.max_abs_error,
                 "parameters": {p.param.name: p.value for p in self.params}, **({"note": self.note} if self.note else {})}
 
@@ -230,6 +232,6 @@ def cross_validate(rows: list[MeasuredRow], files: list[str] | None = None,
         dft = validate_rows(held_default)
         fold = FoldSummary(g, sorted({files[i] for i in idx}), rep, dft, len(fit.rows) if fit else 0,
                            fit.params if fit else [], "" if fit else "no other source to calibrate on: shipped profile",
-                           [files[i] for i in idx])
+                           [files[i] for i in idx], len(fit.excluded) if fit else 0)
         folds.append(fold)
     return CrossValidation(folds)
