@@ -78,11 +78,11 @@ class Plan(Frozen):
 
     @model_validator(mode="after")
     def _dualpipe(self):
-        if self.pp_schedule == "dualpipe":
-            if self.vpp > 1:
-                raise ValueError("DualPipe is not interleaved")
-            if self.pp % 2:
-                raise ValueError("DualPipe pairs stage i with stage pp-1-i on one rank: pp must be even")
+        if self.pp_schedule == "dualpipe" and self.pp > 1:    # (pp 1: no pipeline to schedule)
+            if self.vpp > 1 or self.pp % 2:
+                raise PlanError("plan.pp_schedule", f"DualPipe puts stages i and pp-1-i on one rank and is not "
+                                f"interleaved (pp={self.pp}, vpp={self.vpp})",
+                                "choose an even pp with vpp=1, or schedule=1f1b")
         return self
 
     @property
@@ -107,7 +107,7 @@ class Plan(Frozen):
         parts = [f"tp={self.tp}", f"pp={self.pp}"]
         if self.vpp > 1:
             parts.append(f"vpp={self.vpp}")
-        if self.pp_schedule == "dualpipe":
+        if self.pp_schedule == "dualpipe" and self.pp > 1:
             parts.append("schedule=dualpipe")
         parts.append(f"dp={self.dp}")
         if self.cp > 1:
