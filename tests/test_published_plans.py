@@ -1,6 +1,8 @@
 """Published plans ran, so they fit, and their throughput is what their papers report (issue 16, item 6).
 
-- DeepSeek-V3 on DeepSeek's 2,048 H800s (catalog cluster deepseek-v3-h800) with the report's plan:
+- DeepSeek-V3 on DeepSeek's 2,048 H800s (catalog cluster deepseek-v3-h800) on DeepSeek's stack (hai-llm:
+  DualPipe, RMSNorm / MLA up-projection recomputation, FP8 activation caches, BF16 AdamW moments; Sec. 3.2.1,
+  3.2.3, 3.3.3) with the report's plan:
   PP 16, EP 64 across 8 nodes, no TP (DeepSeek-V3 Technical Report, arXiv 2412.19437, Sec. 3.2), FP8
   GEMMs (Sec. 3.3), sequences of 4,096 in batches of 15,360 (Sec. 4.2), node-limited routing with the
   dispatch deduplicated per node (Sec. 2.1.2, 3.2.2: the deepep dispatcher). The report's cost: 2,664K

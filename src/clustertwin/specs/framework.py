@@ -266,6 +266,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - FP8 storage (Sec. 3.3.3): Linear inputs cached in FP8, the attention output in E5M6, the MoE
     #   SwiGLU's inputs in FP8 with its output recomputed; AdamW moments in BF16; FP32 master weights
     #   and gradient accumulation
+    #   (the caches are counted with recompute=selective, the report's configuration; recompute=none
+    #   prices the stack's kernels with Megatron's activation count)
     # - node-limited routing with the dispatch deduplicated per node (Sec. 3.2.2): deepep
     # - ZeRO-1 data parallelism (Sec. 3.2), no TP in the V3 run
     FrameworkProfile("hai-llm", moe_dispatcher="deepep", selective_recompute="norm_up", adam_moments_bf16=True,
