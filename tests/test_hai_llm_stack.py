@@ -157,3 +157,12 @@ def test_validate_states_the_schedule_a_row_cannot_name() -> None:
     r = MeasuredRow("x", "tokens_per_s_per_gpu", 1543.2, row, 1)
     job_from_row(r)
     assert any("pipeline schedule unknown: dualpipe (hai-llm default)" in n for n in r.assumptions)
+
+
+def test_the_replay_refuses_dualpipe_it_cannot_schedule() -> None:
+    from clustertwin.predict import make_training_job
+    from clustertwin.sim.replay import simulate
+    job = make_training_job("gpt3-125m", gpu="h100", num_gpus=8, plan="tp=2,pp=2,dp=2,dualpipe", micro_batch=1,
+                            global_batch=8, seq_len=1024)
+    with pytest.raises(PlanError, match="pp_schedule"):
+        simulate(job)

@@ -41,7 +41,7 @@ from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
 from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step,
-                   dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
+                   dualpipe_rank, runs_dualpipe, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -638,7 +638,7 @@ class _Layout:
         # DualPipe where the plan or the framework asks for it and it can run (pp even, not interleaved;
         # Plan refuses an explicit dualpipe otherwise): each rank holds stages i and pp-1-i, so the
         # stages are priced one by one and paired (``_ranks``)
-        self.dualpipe = pricer.schedule == "dualpipe" and pp > 1 and pp % 2 == 0 and vpp == 1
+        self.dualpipe = runs_dualpipe(pricer.schedule, pricer.fw, pp, vpp)
         self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage or self.dualpipe)
         # rows of (structure, sp)
         s_rows, sp_rows, ctx_rows = [], [], []

@@ -21,6 +21,7 @@ import numpy as np
 from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer, host_idle
+from ..errors import PlanError
 from ..specs.framework import FrameworkProfile
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
@@ -313,6 +314,19 @@ def _chunked_exposure(comm, compute, m, p: int, v: int):
     for j in range(1, v):
         exposed = maximum(exposed, (j + 1) * comm / v - minimum((j * p + 1) * per_chunk, m * compute))
     return maximum(exposed, 0.0)
+
+
+def runs_dualpipe(schedule: str | None, framework: FrameworkProfile, pp: int, vpp: int) -> bool:
+    """Whether a plan (its ``pp_schedule``, None: the framework's default) runs DualPipe: where it can,
+    an even pipeline without interleaving."""
+    return (schedule or framework.pp_schedule) == "dualpipe" and pp > 1 and pp % 2 == 0 and vpp == 1
+
+
+def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:
+    """``what`` (the discrete-event replay, the trace exporter) builds 1F1B schedules only."""
+    if runs_dualpipe(getattr(plan, "pp_schedule", None), framework, plan.pp, plan.vpp):
+        raise PlanError("plan.pp_schedule", f"{what} builds 1F1B schedules only, and this plan runs DualPipe",
+                        "price it with predict, or set schedule=1f1b")
 
 
 def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
