@@ -41,7 +41,8 @@ from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
 from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step,
-                   dualpipe_rank, runs_dualpipe, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
+                   dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, runs_dualpipe, step_bucket,
+                   tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 

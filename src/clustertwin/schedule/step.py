@@ -22,7 +22,7 @@ from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer, host_idle
 from ..errors import PlanError
-from ..specs.framework import FrameworkProfile
+from ..specs.framework import FrameworkProfile, pipeline_schedule
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
@@ -319,7 +319,7 @@ def _chunked_exposure(comm, compute, m, p: int, v: int):
 def runs_dualpipe(schedule: str | None, framework: FrameworkProfile, pp: int, vpp: int) -> bool:
     """Whether a plan (its ``pp_schedule``, None: the framework's default) runs DualPipe: where it can,
     an even pipeline without interleaving."""
-    return (schedule or framework.pp_schedule) == "dualpipe" and pp > 1 and pp % 2 == 0 and vpp == 1
+    return pipeline_schedule(framework, schedule, pp, vpp) == "dualpipe" and pp > 1
 
 
 def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:

@@ -414,6 +414,16 @@ def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     return fw if nbytes == fw.grad_reduce_bytes else replace(fw, grad_reduce_bytes=nbytes)
 
 
+def pipeline_schedule(fw: FrameworkProfile, schedule: str | None, pp: int, vpp: int) -> str:
+    """The pipeline schedule a plan runs: its own (``schedule``), else the framework's default where
+    that can run (DualPipe: an even pipeline, not interleaved), else 1f1b."""
+    if schedule:
+        return schedule
+    if fw.pp_schedule == "dualpipe" and not (pp > 1 and pp % 2 == 0 and vpp == 1):
+        return "1f1b"
+    return fw.pp_schedule
+
+
 def get_framework(name: str) -> FrameworkProfile:
     """A profile by name: a profile's own name, an alias (megatron-lm, mcore, eager, ...) or
     family@version (megatron@2021, nemo@24.09, megatron-core@core_r0.8.0)."""

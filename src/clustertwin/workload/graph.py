@@ -9,7 +9,7 @@ from functools import cached_property, lru_cache
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
 from ..specs import TrainingJob
-from ..specs.framework import FrameworkProfile, for_plan, get_framework
+from ..specs.framework import FrameworkProfile, for_plan, get_framework, pipeline_schedule
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
@@ -96,6 +96,8 @@ def resolve_overlaps(plan: ResolvedPlan, fw: FrameworkProfile, gpus_per_node: in
         update["moe_dispatcher"] = fw.moe_dispatcher
     if plan.grad_reduce_dtype is None:
         update["grad_reduce_dtype"] = "fp32" if fw.grad_reduce_bytes >= 4 else "bf16"
+    if getattr(plan, "pp_schedule", None) is None:
+        update["pp_schedule"] = pipeline_schedule(fw, None, plan.pp, plan.vpp)
     return plan.model_copy(update=update) if update else plan
 
 
