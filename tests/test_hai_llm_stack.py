@@ -166,3 +166,19 @@ def test_the_replay_refuses_dualpipe_it_cannot_schedule() -> None:
                             global_batch=8, seq_len=1024)
     with pytest.raises(PlanError, match="pp_schedule"):
         simulate(job)
+
+
+def test_search_on_the_stack_prices_odd_pipelines_as_1f1b() -> None:
+    """The stack's DualPipe default applies to even pipelines only: a searched plan with pp=3 is the
+    same as the one holding schedule=1f1b; with pp=2 it runs DualPipe."""
+    from clustertwin.search import search
+    kw = dict(gpu="h100", num_gpus=48, seq_len=1024, global_batch=96, framework="hai-llm")
+
+    def best(plan: str) -> float:
+        return search("mixtral-8x7b", fix=plan, top=1, **kw).plans[0].prediction.step_time_s
+
+    plan = "tp=1,pp=3,ep=8,dp=16,zero=1,recompute=full,cp=1,vpp=1,mb=1,ovl=dp+pg+pp"
+    assert best(plan) == pytest.approx(best(plan + ",schedule=1f1b"))
+    even = "tp=1,pp=2,ep=8,dp=24,zero=1,recompute=full,cp=1,vpp=1,mb=1,ovl=dp+pg+pp"
+    assert best(even) == pytest.approx(best(even + ",schedule=dualpipe"))
+    assert best(even) != pytest.approx(best(even + ",schedule=1f1b"))

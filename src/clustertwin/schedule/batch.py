@@ -317,7 +317,7 @@ class BatchPricer:
         self.kernel = plans.fixed.get("attention_kernel") or self.fw.attention_kernel
         self.etp = plans.fixed.get("etp")
         self.dispatcher = plans.fixed.get("moe_dispatcher") or self.fw.moe_dispatcher
-        self.schedule = plans.fixed.get("pp_schedule") or self.fw.pp_schedule
+        self.schedule = plans.fixed.get("pp_schedule")      # None: the framework's default where it can run
         # the stack caches Linear inputs in FP8 (hai-llm: DeepSeek-V3 Sec. 3.3.3) under FP8 training
         self.fp8_cache = self.fw.fp8_activation_cache and plans.precision == "fp8"
         self._computes: dict[tuple[int, int], ComputePricer] = {}
@@ -638,7 +638,7 @@ class _Layout:
         plans, model = pricer.plans, pricer.model
         # DualPipe where the plan or the framework asks for it and it can run (pp even, not interleaved;
         # Plan refuses an explicit dualpipe otherwise): each rank holds stages i and pp-1-i, so the
-        # stages are priced one by one and paired (``_ranks``)
+        # stages are priced one by one and paired (``_partner``)
         self.dualpipe = runs_dualpipe(pricer.schedule, pricer.fw, pp, vpp)
         self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage or self.dualpipe)
         # rows of (structure, sp)

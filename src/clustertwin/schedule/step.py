@@ -319,7 +319,7 @@ def _chunked_exposure(comm, compute, m, p: int, v: int):
 def runs_dualpipe(schedule: str | None, framework: FrameworkProfile, pp: int, vpp: int) -> bool:
     """Whether a plan (its ``pp_schedule``, None: the framework's default) runs DualPipe: where it can,
     an even pipeline without interleaving."""
-    return pipeline_schedule(framework, schedule, pp, vpp) == "dualpipe" and pp > 1
+    return pipeline_schedule(framework, schedule, pp, vpp) == "dualpipe" and pp > 1 and pp % 2 == 0 and vpp == 1
 
 
 def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:
