@@ -33,7 +33,8 @@ SeqLenOpt = typer.Option(None, "--seq-len", help="tokens per sequence [default: 
 PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32 [default: bf16]")
 FrameworkOpt = typer.Option(DEFAULT_FRAMEWORK, "--framework",
                             help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile, a "
-                                 "release (megatron-lm@2021, megatron-deepspeed, nemo@24.07, torchtitan-compile, ...) "
+                                 "release (megatron-lm@2021, megatron-deepspeed, nemo@24.07, torchtitan-compile, "
+                                 "hai-llm, ...) "
                                  "or family@version (megatron@2022)")
 ProfileOpt = typer.Option(None, "--profile", help="measured hardware profile (clustertwin calibrate)")
 

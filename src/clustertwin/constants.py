@@ -439,6 +439,12 @@ _SCHEDULE: list[Constant] = [
              "compute slowed by overlapped NCCL collectives: each second of DP reduction, parameter gather, "
              "FSDP gather/reduce-scatter or CP ring exchange hidden under compute adds this many seconds "
              "(counted in dp_comm or cp_comm)"),
+    Constant("schedule.dualpipe_comm_sms", 20, "SMs",
+             "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.2.1/3.2.2: the dispatch and combine "
+             "all-to-all kernels of DualPipe's overlapped forward-backward chunk pairs run on 20 of the H800's "
+             "132 SMs ('only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink')",
+             "DualPipe: while an all-to-all overlaps the other micro-batch's compute, that compute runs on the "
+             "GPU's other SMs (slowed by 20/sm_count of the overlapped time)"),
 ]
 
 _ALLOC = "PyTorch c10/cuda/CUDACachingAllocator.cpp (the CUDA caching allocator): "
@@ -452,6 +458,21 @@ _MEMORY: list[Constant] = [
              "Adam's fp32 momentum and variance (Rajbhandari et al. 2019 Sec. 3.1, without the master copy): "
              "fp32 weights used through autocast (PyTorch AMP, FSDP2 with fp32 sharded parameters)",
              "memory: optimizer states when the weights themselves are fp32"),
+    Constant("memory.adam_bytes_per_param_bf16_moments", 8, "bytes/parameter",
+             "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.3.3: AdamW's first and second moments "
+             "tracked in BF16 while the master weights (and the accumulated gradients) stay FP32: 4 + 2 + 2 "
+             "bytes per parameter",
+             "memory: optimizer states of a stack that keeps BF16 Adam moments (hai-llm)"),
+    Constant("memory.fp8_cache_bytes_per_element", 1 + 4 / 128, "bytes/element",
+             "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.3.2/3.3.3: activations cached for the "
+             "backward in FP8 (1 byte) with fine-grained 1x128 tile scaling, one FP32 scale (4 bytes) per "
+             "128 elements",
+             "memory: activations a stack caches in FP8 (hai-llm's Linear inputs and SwiGLU inputs)"),
+    Constant("memory.e5m6_cache_bytes_per_element", 1.5, "bytes/element",
+             "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.3.3: the inputs of the Linear after "
+             "attention are cached in the customized E5M6 format (1 sign + 5 exponent + 6 mantissa bits = "
+             "12 bits)",
+             "memory: the attention output a stack caches in E5M6 (hai-llm)"),
     Constant("memory.fp8_weight_cache_bytes_per_param", 1, "bytes/parameter",
              "Transformer Engine keeps an FP8 copy of each GEMM weight between the forward and the backward "
              "(TE fp8 weight caching); one byte per parameter of the rank",

@@ -113,6 +113,7 @@ class PlanFacts:
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
     precision: Any = None      # None: not known (the search checks it once, for the whole job)
+    dualpipe: Any = False      # the plan asks for DualPipe outright (pp_schedule=dualpipe)
 
     @property
     def expert_tp(self) -> Any:
@@ -125,7 +126,8 @@ class PlanFacts:
                    micro_batch=plan.micro_batch, global_batch=plan.global_batch, zero_stage=plan.zero_stage,
                    overlap_tp=plan.overlap_tp_comm is True, sp=bool(plan.sp),
                    first_stage_layers=plan.first_stage_layers,
-                   last_stage_layers=plan.last_stage_layers, precision=plan.precision)
+                   last_stage_layers=plan.last_stage_layers, precision=plan.precision,
+                   dualpipe=getattr(plan, "pp_schedule", None) == "dualpipe")
 
 
 def tp_overlap_possible(tp: Any, gpus_per_node: int, sp: Any = True) -> Any:
@@ -237,6 +239,11 @@ RULES: tuple[Rule, ...] = (
          lambda j, p: (p.vpp > 1) & (p.pp == 1),
          lambda j, p: ("plan.vpp", f"{p.vpp} virtual stages need pipeline parallelism", "set pp > 1 or vpp = 1")),
     Rule("layer_split", "layout", "pp x vpp chunks exceed the layers", _layer_split_broken, _layer_split_explain),
+    Rule("dualpipe_layout", "layout", "DualPipe asked for with an odd pipeline or interleaving",
+         lambda j, p: p.dualpipe & (p.pp > 1) & ((p.pp % 2 == 1) | (p.vpp > 1)),
+         lambda j, p: ("plan.pp_schedule", f"DualPipe puts stages i and pp-1-i on one rank and is not interleaved "
+                                           f"(pp={p.pp}, vpp={p.vpp})",
+                       "choose an even pp with vpp=1, or schedule=1f1b")),
     Rule("cp_seq_len", "layout", "cp does not divide the sequence length",
          lambda j, p: j.seq_len % p.cp != 0,
          lambda j, p: ("plan.cp", f"{p.cp} does not divide seq_len={j.seq_len}", "choose cp dividing the sequence length")),

@@ -40,19 +40,20 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copy_bytes, lay
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
-from .memory import MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
+from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
 from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step,
-                   exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, step_bucket, tp_overlap_chunks)
+                   dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, runs_dualpipe, step_bucket,
+                   tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
-               "moe_capacity_factor", "first_stage_layers", "last_stage_layers")
+               "moe_capacity_factor", "first_stage_layers", "last_stage_layers", "pp_schedule")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
-           "attn_rc", "moe_imb", "tp_excess")
+           "attn_rc", "moe_imb", "tp_excess", "wgrad_s")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
 # below this many shape classes to price, pricing them one by one is faster than stacking them
@@ -317,6 +318,9 @@ class BatchPricer:
         self.kernel = plans.fixed.get("attention_kernel") or self.fw.attention_kernel
         self.etp = plans.fixed.get("etp")
         self.dispatcher = plans.fixed.get("moe_dispatcher") or self.fw.moe_dispatcher
+        self.schedule = plans.fixed.get("pp_schedule")      # None: the framework's default where it can run
+        # the stack caches Linear inputs in FP8 (hai-llm: DeepSeek-V3 Sec. 3.3.3) under FP8 training
+        self.fp8_cache = self.fw.fp8_activation_cache and plans.precision == "fp8"
         self._computes: dict[tuple[int, int], ComputePricer] = {}
         self._memory_bound = ComputePricer(plans.cluster.gpu, self.profile, self.fw)  # optimizer steps
         self._ctx: dict[tuple, int] = {}
@@ -357,7 +361,8 @@ class BatchPricer:
         key = (ctx_id, moe, rc)
         v = self._acts.get(key)
         if v is None:
-            v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw))
+            v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw),
+                                                         self.fp8_cache)
         return v
 
     def _activations(self, ctx_ids: np.ndarray, moe: bool, rc: str) -> np.ndarray:
@@ -526,14 +531,14 @@ class BatchPricer:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
                 vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                        st.moe_imbalance_s, st.tp_excess_s)
+                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s)
             else:
                 mode = recompute_mode(rc, self.fw)
                 ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
                        else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
                 vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                        st.moe_imbalance_s, st.tp_excess_s)
+                        st.moe_imbalance_s, st.tp_excess_s, 0.0)
             if stacked:
                 for k, v in enumerate(vals):
                     out[:, b, k] = v
@@ -632,7 +637,11 @@ class _Layout:
     def __init__(self, pricer: BatchPricer, pp: int, vpp: int, ss: list[Structure], every_stage: bool = False):
         self.pr, self.pp, self.vpp, self.ss = pricer, pp, vpp, ss
         plans, model = pricer.plans, pricer.model
-        self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage)
+        # DualPipe where the plan or the framework asks for it and it can run (pp even, not interleaved;
+        # Plan refuses an explicit dualpipe otherwise): each rank holds stages i and pp-1-i, so the
+        # stages are priced one by one and paired (``_partner``)
+        self.dualpipe = runs_dualpipe(pricer.schedule, pricer.fw, pp, vpp)
+        self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage or self.dualpipe)
         # rows of (structure, sp)
         s_rows, sp_rows, ctx_rows = [], [], []
         for i, s in enumerate(ss):
@@ -680,6 +689,7 @@ class _Layout:
         dp_cp_m, m_m = val(self.dp_cp[sr]), val(self.m[sr])
         n_otp = plans.flag_count("overlap_tp_comm", self.otp_matters, self.otp_refused)    # per row
         n_opp = len(plans.overlap_pp_domain(self.pp))
+        v_sched = DUALPIPE if self.dualpipe else self.vpp
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
         for r, rc in enumerate(plans.recompute_domain):
@@ -693,21 +703,34 @@ class _Layout:
                 if not in_domain.any():
                     continue
                 worst: Any = None
-                per_class = []
+                per_class: list[dict] = []
+                per_extra: list[dict] = []
                 for k, cls in enumerate(self.classes):
                     moe = cls.n_moe > 0
+                    full_layer = maximum(trans_d, trans_m) if moe else trans_d
                     mem = stage_memory(
                         pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=val(self.dense[k][sr]),
                         expert=val(self.expert[k][sr]), dp_cp=dp_cp_m, edp=val(self.edp[sr]), layers_dense=cls.n_dense,
                         tp=val(self.tp[sr]),
                         layers_moe=cls.n_moe, act_dense=act_d, act_moe=act_m if moe else 0.0,
-                        act_full_layer=maximum(trans_d, trans_m) if moe else trans_d,
-                        in_flight_layers=in_flight(self.pp, self.vpp, m_m, cls.first, cls.n_dense + cls.n_moe),
+                        act_full_layer=full_layer,
+                        in_flight_layers=in_flight(self.pp, v_sched, m_m, cls.first, cls.n_dense + cls.n_moe),
                         logits=val(self.logits) if cls.is_last else None,
                         embedding_rows_bytes=val(self.emb_rows) if cls.is_first else None,
-                        embedding_in_flight=in_flight(self.pp, self.vpp, m_m, cls.first, 1),
+                        embedding_in_flight=in_flight(self.pp, v_sched, m_m, cls.first, 1),
                         embedding=val(self.embedding[k][sr]))
                     per_class.append(mem)
+                    if self.dualpipe:
+                        # what the stage adds to the rank that holds it beside its partner: no second CUDA
+                        # context, no second layer being recomputed
+                        extra = dict(mem)
+                        extra["other"] = extra["other"] - pr.fw.base_memory_bytes
+                        extra["activations"] = extra["activations"] - full_layer
+                        per_extra.append(extra)
+                if self.dualpipe:
+                    per_class = [{key: mem[key] + per_extra[self._partner(k)][key] for key in mem}
+                                 for k, mem in enumerate(per_class)]
+                for mem in per_class:
                     tot = sum(mem.values())
                     worst = tot if worst is None else maximum(worst, tot)
                 if not isinstance(worst, np.ndarray):
@@ -793,6 +816,7 @@ class _Layout:
                     # the CP ring takes the link the DP/FSDP traffic needs only when both cross nodes
                     # (NICs) or both stay inside one (NVLink); otherwise both hide behind the attention
                     st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
+                                   wgrad_s=base.wgrad_s,
                                    tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s,
                                    moe_imbalance_s=base.moe_imbalance_s, pp_s=pp_s, dp_sync_s=sync[k],
                                    param_gather_s=gather[k], optimizer_s=opt[k],
@@ -803,13 +827,23 @@ class _Layout:
                     st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
                                              st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic) + copies
                     stage_times.append(st)
-                breakdown, crit = compose_step(stage_times, self.stage_class, params_rows, m_rows, pp, vpp, opp, odp,
-                                               opg, dp_rows)
+                params_of = params_rows
+                if self.dualpipe:   # the ranks, each holding two stages
+                    stage_times = [dualpipe_rank(st, stage_times[self._partner(k)], st.stage)
+                                   for k, st in enumerate(stage_times)]
+                    params_of = [p_k + params_rows[self._partner(k)] for k, p_k in enumerate(params_rows)]
+                breakdown, crit = compose_step(stage_times, self.stage_class, params_of, m_rows, pp, vpp, opp, odp,
+                                               opg, dp_rows, plans.cluster.gpu.sm_count if self.dualpipe else 0)
                 step = sum(breakdown.values())
                 if not isinstance(step, np.ndarray):
                     step = np.array([step])
                 sink.offer(PricedRows(step, mem_rows, valid, (self.ss, decoder, odp, opg, opp), breakdown, crit,
                                       stage_times, self.stage_class, memory_of))
+
+    def _partner(self, k: int) -> int:
+        """DualPipe: the class of the stage the rank of class ``k`` holds beside it (p-1-i; one class
+        per stage)."""
+        return self.stage_class[self.pp - 1 - self.classes[k].first]
 
     def _stage_times(self, rows: np.ndarray) -> list[StageTime]:
         """Each stage class of every row: the sum of its priced blocks, with the communication the
@@ -836,7 +870,7 @@ class _Layout:
                 return sums[_F[name]] if one else sums[:, _F[name]]
 
             st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
-                           ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"))
+                           ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"), wgrad_s=total("wgrad_s"))
             st.cp_s = (exposed_cp(total("cp_fwd"), total("attn_fwd")) + exposed_cp(total("cp_bwd"), total("attn_bwd"))
                        + exposed_cp(total("cp_rc"), total("attn_rc")))
             st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))

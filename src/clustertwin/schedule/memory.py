@@ -21,6 +21,9 @@ from ..workload.transformer import LayerContext
 _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v
 _ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp32 m, v
 _FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
+_ADAM_BF16_MOMENTS = value("memory.adam_bytes_per_param_bf16_moments")  # fp32 master, bf16 m, v
+_FP8_CACHE = value("memory.fp8_cache_bytes_per_element")    # an FP8 activation with its 1x128 tile scales
+_E5M6_CACHE = value("memory.e5m6_cache_bytes_per_element")
 _LOSS_FUSED = value("memory.loss_fused_bytes_per_logit")
 _LOSS_MEGATRON = value("memory.loss_megatron_bytes_per_logit")
 _LOSS_TORCH = value("memory.loss_torch_fp32_bytes_per_logit")
@@ -83,8 +86,56 @@ def reserved_bytes(live_sizes, expandable_segments: bool = False) -> int:
     return _ceil_to(small, _SMALL_BUFFER) + _ceil_to(medium, _LARGE_BUFFER) + own
 
 
-def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none") -> float:
-    """Bytes one layer keeps for its backward, for one micro-batch, on one rank."""
+def _norm_up_layer_bytes(c: LayerContext, moe: bool, fp8_cache: bool) -> float:
+    """What a layer keeps when every RMSNorm and the MLA up-projections are recomputed in backward
+    (DeepSeek-V3, arXiv 2412.19437, Sec. 3.2.3) and, with ``fp8_cache``, the Linear inputs are cached
+    in FP8, the attention output in E5M6 and the SwiGLU inputs in FP8 with the SwiGLU output recomputed
+    (Sec. 3.3.3; without it those caches are 16-bit and the SwiGLU output is recomputed all the same).
+    Kept: the input of each norm (the residual stream, 16-bit: the norm is recomputed from it), the norm
+    output as the next GEMMs' input, the MLA latents the recomputed up-projections start from, the
+    attention output and its log-sum-exp, the router's selected scores, the dispatched tokens and the
+    SwiGLU inputs. Not kept: the norm outputs in 16-bit, q/k/v, the SwiGLU output, and the expert
+    outputs (assumed: the combine's gate gradient is the dot product of the down-projection's output
+    gradient with the expert output, which the stack can take from the recomputed SwiGLU output and the
+    down-projection's data gradient; the report lists no cache of the expert outputs)."""
+    T, h, a = c.tokens, c.hidden, c.act_bytes
+    rows = c.norm_rows
+    gemm_in = c.tokens if c.sp_keeps_gathered else rows
+    lin = _FP8_CACHE if fp8_cache else a      # a Linear's input as cached for its weight gradient
+    ups = 2 if c.gated else 1
+    mask = 1 if c.dropout else 0
+    # attention block: the block input, the norm output (input of the q/kv down-projections)
+    total = rows * h * a + gemm_in * h * lin + rows * h * mask
+    if c.mla:
+        q_rank, kv_rank, rope = c.mla
+        total += T * (q_rank + kv_rank + rope) * a     # the latents, before their (recomputed) norms
+    else:   # no up-projection to recompute: q, k and v are kept
+        total += T * (c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)) * a
+    total += T * c.heads * c.v_head_dim * (_E5M6_CACHE if fp8_cache else a)   # the output projection's input
+    if c.attention_kernel in ("flash", "flash2"):
+        total += T * c.heads * 4  # log-sum-exp, fp32
+    else:
+        scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
+        total += scores * (2 * a + 1) if mask else scores * a
+    # MLP block: the block input, the norm output (the up-projections' and the dispatch's input)
+    total += rows * h * a + gemm_in * h * lin + rows * h * mask
+    if moe:
+        routed = c.moe_tokens * c.top_k
+        total += routed * 4                            # the selected gate scores (fp32) the combine applies
+        total += routed * h * lin + routed * c.expert_ffn * ups * lin     # dispatched tokens, SwiGLU inputs
+        if c.shared_ffn:
+            total += T * c.shared_ffn * ups * lin
+    else:
+        total += T * c.ffn * ups * lin
+    return float(total)
+
+
+def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none",
+                           fp8_cache: bool = False) -> float:
+    """Bytes one layer keeps for its backward, for one micro-batch, on one rank (``fp8_cache``: the
+    stack caches Linear inputs in FP8, with recompute ``selective_norm_up``)."""
+    if recompute == "selective_norm_up":
+        return _norm_up_layer_bytes(c, moe, fp8_cache)
     T, h, a = c.tokens, c.hidden, c.act_bytes
     rows = c.norm_rows
     # Megatron with SP keeps the sharded norm output and re-gathers it for the weight gradient
@@ -137,11 +188,20 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     return float(total)
 
 
+# ``in_flight``'s v for DualPipe's schedule
+DUALPIPE = 0
+
+
 def in_flight(p: int, v: int, m, stage: int, layers_on_stage: int):
     """Layer-micro-batches whose activations stage ``stage`` holds at its peak (Megatron's warm-up
-    depth) from the pipeline's shape; ``m`` may be an array (many plans)."""
+    depth) from the pipeline's shape (``v``: virtual chunks, or ``DUALPIPE``); ``m`` may be an array
+    (many plans)."""
     if v == 1:
         return layers_on_stage * minimum(m, p - stage)
+    if v == DUALPIPE:
+        # DualPipe (DeepSeek-V3 Table 2): PP + 1 micro-batches of activations on every rank, a rank
+        # holding two stages (stage i and p-1-i): half of them on each
+        return layers_on_stage * minimum(m, p + 1) / 2
     chunks = minimum(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
     return layers_on_stage / v * chunks
 
@@ -188,7 +248,8 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
 
     if fw.master_in_optimizer and not fp32:
-        w_bytes, g_bytes, o_bytes = 2, fw.grad_reduce_bytes, _ADAM_WITH_MASTER
+        w_bytes, g_bytes = 2, fw.grad_reduce_bytes
+        o_bytes = _ADAM_BF16_MOMENTS if fw.adam_moments_bf16 else _ADAM_WITH_MASTER
     else:
         w_bytes, g_bytes, o_bytes = 4, 4, _ADAM_WITHOUT_MASTER
     weights = w_bytes * shard(dense, expert, z >= 3)

@@ -21,7 +21,8 @@ import numpy as np
 from ..arith import Num, logical_and, maximum, minimum, pick, where
 from ..constants import value
 from ..cost.compute import ComputePricer, host_idle
-from ..specs.framework import FrameworkProfile
+from ..errors import PlanError
+from ..specs.framework import FrameworkProfile, pipeline_schedule
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
@@ -42,6 +43,8 @@ FSDP_PREFETCH_UNITS = value("schedule.fsdp_prefetch_units")
 # compute that runs beside an overlapped NCCL collective runs slower (SMs and HBM bandwidth shared):
 # seconds added per second of collective hidden under compute
 OVERLAP_SLOWDOWN = value("schedule.overlap_compute_slowdown")
+# DualPipe's all-to-all kernels take this many SMs from the compute they overlap
+DUALPIPE_COMM_SMS = value("schedule.dualpipe_comm_sms")
 
 
 @dataclass
@@ -52,6 +55,7 @@ class StageTime:
     fwd_s: Num = 0.0
     bwd_s: Num = 0.0
     recompute_s: Num = 0.0
+    wgrad_s: Num = 0.0            # the weight-gradient GEMMs of bwd_s (DualPipe's W)
     tp_s: Num = 0.0
     # TP communication an overlapped (chunked) schedule cannot hide: where a collective outlasts the GEMM
     # it overlaps, its chunks wait for each other, not for the GEMM's (priced with a chunked pricer only)
@@ -251,6 +255,8 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
             continue
         if op.kind == OpKind.ATTENTION or is_score_gemm(op.name):
             attn_time += t
+        if phase == Phase.BWD and is_gemm and op.name.endswith(".wgrad"):
+            st.wgrad_s = st.wgrad_s + t
         compute += t
     if pending is not None:   # nothing after it to hide behind
         excess = excess + tp_overlap_excess(pending, 0.0, chunks)
@@ -353,14 +359,64 @@ def bucket_elements(dp):
     return maximum(BUCKET_ELEMENTS, BUCKET_ELEMENTS_PER_DP_RANK * dp)
 
 
+def runs_dualpipe(schedule: str | None, framework: FrameworkProfile, pp: int, vpp: int) -> bool:
+    """Whether a plan (its ``pp_schedule``, None: the framework's default) runs DualPipe: where it can,
+    an even pipeline without interleaving."""
+    return pipeline_schedule(framework, schedule, pp, vpp) == "dualpipe" and pp > 1 and pp % 2 == 0 and vpp == 1
+
+
+def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:
+    """``what`` (the discrete-event replay, the trace exporter) builds 1F1B schedules only."""
+    if runs_dualpipe(getattr(plan, "pp_schedule", None), framework, plan.pp, plan.vpp):
+        raise PlanError("plan.pp_schedule", f"{what} builds 1F1B schedules only, and this plan runs DualPipe",
+                        "price it with predict, or set schedule=1f1b")
+
+
+def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
+    """The rank of a DualPipe pipeline that holds stages ``a`` and ``b`` (i and p-1-i; DeepSeek-V3
+    Sec. 3.2.1): half of the micro-batches run through each, so per micro-batch it spends the mean of
+    the two stages' times; its once-per-step work (gradient reduction, parameter gathers, optimizer)
+    is that of both stages' parameters."""
+    out = StageTime(rank)
+    for name in ("fwd_s", "bwd_s", "recompute_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
+                 "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s"):
+        setattr(out, name, (getattr(a, name) + getattr(b, name)) / 2)
+    for name in ("dp_sync_s", "param_gather_s", "optimizer_s"):
+        setattr(out, name, getattr(a, name) + getattr(b, name))
+    out.pp_shares_nic = a.pp_shares_nic
+    return out
+
+
+def dualpipe_exposed_ep(st: StageTime, sm_count: int):
+    """What a micro-batch's dispatch and combine all-to-alls (``ep_s``) add to its compute under
+    DualPipe: they run beside the other micro-batch's forward or backward chunk (overlapped
+    forward-backward pairs, DeepSeek-V3 Sec. 3.2.1) on ``DUALPIPE_COMM_SMS`` of the GPU's SMs, so the
+    compute beside them runs on the rest: a pair takes max(C + A s, A) with C its compute, A its
+    all-to-all time and s = comm SMs / SMs (the compute slowed by that share while overlapping)."""
+    compute = st.fwd_s + st.bwd_s + st.recompute_s
+    share = DUALPIPE_COMM_SMS / sm_count
+    return maximum(st.ep_s * share, st.ep_s - compute)
+
+
 def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
-                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1):
+                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1, dualpipe_sms: int = 0):
     """The step of a pipeline from its priced stages: ``classes`` are the distinct stages (each a
     StageTime, ``stage`` its first index, in order), ``stage_class[i]`` the class of stage i.
     Returns (breakdown, index of the critical class). Works on floats (predict) and on arrays of
     many plans sharing a layout (search), with the same arithmetic. ``dp``: the data-parallel size
-    (it sets the gradient bucket)."""
-    per_mb = [c.per_microbatch_s for c in classes]
+    (it sets the gradient bucket).
+
+    ``dualpipe_sms`` (the GPU's SM count; 0: 1F1B): DualPipe, ``classes`` being its ranks
+    (``dualpipe_rank``): the all-to-alls overlap the paired chunk's compute (``dualpipe_exposed_ep``)
+    and the bubble is (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 Table 2), F&B the time of an overlapped
+    forward-backward pair (one micro-batch's time here), B a backward chunk with its recomputation
+    and W its weight-gradient GEMMs, each the mean over the ranks."""
+    if dualpipe_sms:
+        exposed_ep = [dualpipe_exposed_ep(c, dualpipe_sms) for c in classes]
+        per_mb = [c.per_microbatch_s - c.ep_s + e for c, e in zip(classes, exposed_ep)]
+    else:
+        exposed_ep = [c.ep_s for c in classes]
+        per_mb = [c.per_microbatch_s for c in classes]
     # the slowest stage sets the pace; the first of equals (max() would pick the same)
     crit: Num = 0
     best = per_mb[0]
@@ -377,7 +433,6 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         back = back + c.bwd_s + c.recompute_s
         compute_sum = compute_sum + c.fwd_s + c.bwd_s + c.recompute_s
     mean = total / p
-    bubble = (p - 1) / v * mean
     # one stage's backward slot and forward slot of one micro-batch (communication shared in
     # proportion): the pipeline's drain and fill are made of them
     back_share = where(compute_sum > 0, back / maximum(compute_sum, 1e-30), 0.0)
@@ -386,6 +441,16 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
 
     def cs(field: str):
         return pick(crit, [getattr(c, field) for c in classes])
+
+    if dualpipe_sms:
+        b_mean = w_mean = 0.0
+        for i in range(p):
+            c = classes[stage_class[i]]
+            b_mean = b_mean + (c.bwd_s + c.recompute_s) / p
+            w_mean = w_mean + c.wgrad_s / p
+        bubble = maximum(0.0, (p / 2 - 1) * (mean + b_mean - 3 * w_mean))
+    else:
+        bubble = (p - 1) / v * mean
 
     # pipeline p2p: hidden in the steady state when overlapped, but on the critical path of fill
     # and drain; fully exposed otherwise
@@ -448,7 +513,7 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "recompute": m * cs("recompute_s"),
         "tp_comm": m * cs("tp_s"),
         "cp_comm": m * cs("cp_s"),
-        "ep_comm": m * cs("ep_s"),
+        "ep_comm": m * pick(crit, exposed_ep),
         "moe_imbalance": m * cs("moe_imbalance_s"),
         "pp_comm": pp_comm,
         "dp_comm": dp_exposed + m * cs("fsdp_s"),

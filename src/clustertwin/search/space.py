@@ -115,7 +115,8 @@ class SearchSpace(PlanSet):
 
     def layout_reason(self, pp: int, vpp: int, cp: int = 1) -> str | None:
         key = ("layout", pp, vpp, cp)
-        return self._reasons[key] if key in self._reasons else self._reason(key, PlanFacts(1, pp=pp, vpp=vpp, cp=cp))
+        return self._reasons[key] if key in self._reasons else self._reason(
+            key, PlanFacts(1, pp=pp, vpp=vpp, cp=cp, dualpipe=self.fixed.get("pp_schedule") == "dualpipe"))
 
     def ep_reason(self, ep: int, dp_cp: int, tp: int = 1) -> str | None:
         key = ("experts", ep, dp_cp, tp)

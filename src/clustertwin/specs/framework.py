@@ -91,7 +91,9 @@ class FrameworkProfile:
     master_in_optimizer: bool = True
     moe_dispatcher: str = "alltoall"       # MoE token dispatch: alltoall (one copy per expert) | deepep
     # what recompute=selective repeats: "attention" (Megatron: the attention core, Korthikanti et al.
-    # 2022) or "ops" (torchtitan's op-level SAC: keeps attention and every other matmul output)
+    # 2022), "ops" (torchtitan's op-level SAC: keeps attention and every other matmul output) or "norm_up"
+    # (DeepSeek-V3 Sec. 3.2.3: every RMSNorm and the MLA up-projections, with the SwiGLU output of an
+    # FP8 activation cache)
     selective_recompute: str = "attention"
     # the loss as memory sees it (constants memory.loss_*): "" = the fused loss (fused_cross_entropy) or
     # Megatron's vocab-parallel one; "torch" = F.cross_entropy on fp32 logits (torchtitan's loss_fn),
@@ -115,6 +117,15 @@ class FrameworkProfile:
     # FSDP2 (fully_shard) copies each all-gathered buffer into the unsharded parameters and each unsharded
     # gradient into the reduce-scatter buffer on the compute stream (batch.py fsdp2_copy_bytes)
     fsdp2_copies: bool = False
+    # DeepSeek's documented memory savings (hai-llm; DeepSeek-V3 report, arXiv 2412.19437, Sec. 3.3.3):
+    # AdamW moments in BF16 beside FP32 master weights (constants memory.adam_bytes_per_param_bf16_moments)
+    adam_moments_bf16: bool = False
+    # FP8 plans cache the Linear inputs in FP8 (1x128 tiles), the attention output in E5M6, and the MoE
+    # SwiGLU's inputs in FP8, recomputing its output in backward (layer_activation_bytes)
+    fp8_activation_cache: bool = False
+    # pipeline schedule when the plan does not say: "1f1b" (interleaved with vpp > 1) or "dualpipe"
+    # (DeepSeek-V3 Sec. 3.2.1: bidirectional, overlapped forward-backward chunk pairs)
+    pp_schedule: str = "1f1b"
     # which plans it can run (module docstring; parallel/rules.py checks them)
     capabilities: Capabilities = Capabilities()
     # what a run of this stack does when its description is silent (validate states it as an assumption)
@@ -273,6 +284,24 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
+    # HAI-LLM, DeepSeek's in-house framework, as the DeepSeek-V3 Technical Report (arXiv 2412.19437)
+    # documents it (Sec. 3.2, 3.3); what the report does not describe keeps the Megatron-Core defaults
+    # (fused kernels, flash-class attention, overlapped DP reduction and pipeline sends):
+    # - DualPipe (Sec. 3.2.1, Table 2): bubble (PP/2 - 1)(F&B + B - 3W), two copies of the parameters,
+    #   PP + 1 micro-batches of activations; the dispatch/combine all-to-alls of one micro-batch overlap
+    #   another micro-batch's compute, on 20 of the 132 SMs (constants schedule.dualpipe_comm_sms)
+    # - recomputation (Sec. 3.2.3): every RMSNorm and the MLA up-projections in backward, not the
+    #   attention core (recompute=selective means this here); EMA parameters in CPU memory (never
+    #   counted on the GPU by this model)
+    # - FP8 storage (Sec. 3.3.3): Linear inputs cached in FP8, the attention output in E5M6, the MoE
+    #   SwiGLU's inputs in FP8 with its output recomputed; AdamW moments in BF16; FP32 master weights
+    #   and gradient accumulation
+    #   (the caches are counted with recompute=selective, the report's configuration; recompute=none
+    #   prices the stack's kernels with Megatron's activation count)
+    # - node-limited routing with the dispatch deduplicated per node (Sec. 3.2.2): deepep
+    # - ZeRO-1 data parallelism (Sec. 3.2), no TP in the V3 run
+    FrameworkProfile("hai-llm", moe_dispatcher="deepep", selective_recompute="norm_up", adam_moments_bf16=True,
+                     fp8_activation_cache=True, pp_schedule="dualpipe", family="hai-llm", released="2024-12"),
 )
 
 # ---- the unversioned names, as they were before versions (the CLI's and the search's stacks) -------
@@ -325,7 +354,7 @@ _ALIASES = {"megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "me
             "megatron-ds": "megatron-deepspeed", "torchtitan-compiled": "torchtitan-compile"}
 # what a family name before "@" may be spelled as
 _FAMILIES = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
-             "nemo": "nemo", "deepspeed": "deepspeed", "torchtitan": "torchtitan"}
+             "nemo": "nemo", "deepspeed": "deepspeed", "torchtitan": "torchtitan", "hai-llm": "hai-llm"}
 # Megatron-Core releases by date (the tags' dates in NVIDIA/Megatron-LM: core_v0.4.0 2023-12-11,
 # core_v0.5.0 2024-02-26, core_v0.6.0 2024-04-18, core_v0.7.0 2024-05-30, core_r0.8.0 2024-08-12,
 # core_r0.9.0 2024-10-24, core_r0.10.0 2025-02-17, v0.11.0 2025-03-14, v0.12.0rc2 2025-04-08)
@@ -416,6 +445,16 @@ def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     return fw if nbytes == fw.grad_reduce_bytes else replace(fw, grad_reduce_bytes=nbytes)
 
 
+def pipeline_schedule(fw: FrameworkProfile, schedule: str | None, pp: int, vpp: int) -> str:
+    """The pipeline schedule a plan runs: its own (``schedule``), else the framework's default where
+    that can run (DualPipe: an even pipeline, not interleaved), else 1f1b."""
+    if schedule:
+        return schedule
+    if fw.pp_schedule == "dualpipe" and not (pp > 1 and pp % 2 == 0 and vpp == 1):
+        return "1f1b"
+    return fw.pp_schedule
+
+
 def get_framework(name: str) -> FrameworkProfile:
     """A profile by name: a profile's own name, an alias (megatron-lm, mcore, eager, ...) or
     family@version (megatron@2021, nemo@24.09, megatron-core@core_r0.8.0)."""
@@ -436,6 +475,7 @@ STACK_SOURCES = {
     "deepspeed-zero3@2021": "DeepSpeed v0.5.8 zero/constants.py, zero/config.py; FlashAttention arXiv 2205.14135 (2022)",
     "torchtitan-eager": "torchtitan 9dec370 models/llama/model.py (SDPA, complex RoPE); pytorch/pytorch#138522",
     "torchtitan-compile": "torchtitan 9dec370 parallelize_llama.py apply_compile (per block), train.py (loss eager)",
+    "hai-llm": "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.2.1 (DualPipe, Table 2), 3.2.3, 3.3.3",
 }
 
 

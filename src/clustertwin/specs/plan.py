@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, Mapping
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from ..errors import PlanError
 from .model import Frozen
@@ -37,6 +37,11 @@ class Plan(Frozen):
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="sequences per micro-batch per DP rank")
     global_batch: int | None = Field(None, gt=0, le=1_000_000_000, description="sequences per iteration")
     recompute: Recompute = "none"
+    pp_schedule: Literal["1f1b", "dualpipe"] | None = Field(
+        None, description="pipeline schedule: 1f1b (interleaved when vpp > 1) or dualpipe (DeepSeek-V3 Sec. 3.2.1: "
+                          "bidirectional, each stage on two ranks, forward-backward chunk pairs overlapping the "
+                          "MoE all-to-alls; pp even, vpp 1); None = framework default (1f1b, or dualpipe where "
+                          "the framework's default is and it can run)")
     moe_routing: str = Field("uniform", min_length=1, max_length=4096,
                              description="uniform | zipf:S | a histogram file (tokens per expert)")
     moe_placement: Literal["sequential", "balanced"] = Field("sequential", description="experts to EP ranks")
@@ -71,6 +76,15 @@ class Plan(Frozen):
     def _bool(cls, v):
         return _to_bool(v)
 
+    @model_validator(mode="after")
+    def _dualpipe(self):
+        if self.pp_schedule == "dualpipe" and self.pp > 1:    # (pp 1: no pipeline to schedule)
+            if self.vpp > 1 or self.pp % 2:
+                raise PlanError("plan.pp_schedule", f"DualPipe puts stages i and pp-1-i on one rank and is not "
+                                f"interleaved (pp={self.pp}, vpp={self.vpp})",
+                                "choose an even pp with vpp=1, or schedule=1f1b")
+        return self
+
     @property
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
@@ -93,6 +107,8 @@ class Plan(Frozen):
         parts = [f"tp={self.tp}", f"pp={self.pp}"]
         if self.vpp > 1:
             parts.append(f"vpp={self.vpp}")
+        if self.pp_schedule == "dualpipe" and self.pp > 1:
+            parts.append("schedule=dualpipe")
         parts.append(f"dp={self.dp}")
         if self.cp > 1:
             parts.append(f"cp={self.cp}")
@@ -158,7 +174,7 @@ _ALIASES = {
     "zero": "zero_stage", "mb": "micro_batch", "mbs": "micro_batch", "micro_batch_size": "micro_batch",
     "gb": "global_batch", "gbs": "global_batch", "global_batch_size": "global_batch",
     "vp": "vpp", "interleave": "vpp", "rc": "recompute", "first": "first_stage_layers",
-    "last": "last_stage_layers", "dispatcher": "moe_dispatcher",
+    "last": "last_stage_layers", "dispatcher": "moe_dispatcher", "schedule": "pp_schedule",
 }
 
 
@@ -180,6 +196,9 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             if item.lower() == "fsdp":
                 fields["zero_stage"] = 3
                 continue
+            if item.lower() == "dualpipe":
+                fields["pp_schedule"] = "dualpipe"
+                continue
             raise PlanError(field, f"cannot read {item!r}", 'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
         key, value = (s.strip() for s in item.split("=", 1))
         if "=" in value or len(value.split()) > 1 or len(key.split()) > 1:
@@ -198,7 +217,7 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             fields.update(_overlaps(value, field))
             continue
         key = _ALIASES.get(key.lower(), key.lower())
-        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype"):
+        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "pp_schedule"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",
@@ -276,7 +295,7 @@ def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
 # plan fields a search may hold fixed (the rest of a plan is set by the job: precision, global batch)
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-           "moe_dispatcher", "grad_reduce_dtype")
+           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule")
 
 
 def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:

@@ -272,6 +272,11 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     dispatcher = (r.get("moe_dispatcher") or "").strip().lower()
     if dispatcher:
         fields["moe_dispatcher"] = dispatcher
+    schedule = (r.get("pp_schedule") or "").strip().lower()
+    if schedule:
+        fields["pp_schedule"] = schedule
+    elif pp > 1 and fw.pp_schedule != "1f1b":
+        notes.append(f"pipeline schedule unknown: {fw.pp_schedule} ({framework} default)")
     overlap = _bool(r, "dp_overlap")
     if overlap is not None:
         fields["overlap_dp_comm"] = overlap

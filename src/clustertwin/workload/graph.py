@@ -10,7 +10,7 @@ from ..arith import where
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
 from ..specs import TrainingJob
-from ..specs.framework import FrameworkProfile, for_plan, get_framework
+from ..specs.framework import FrameworkProfile, for_plan, get_framework, pipeline_schedule
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
@@ -104,6 +104,8 @@ def resolve_overlaps(plan: ResolvedPlan, fw: FrameworkProfile, gpus_per_node: in
         update["moe_dispatcher"] = fw.moe_dispatcher
     if plan.grad_reduce_dtype is None:
         update["grad_reduce_dtype"] = "fp32" if fw.grad_reduce_bytes >= 4 else "bf16"
+    if getattr(plan, "pp_schedule", None) is None:
+        update["pp_schedule"] = pipeline_schedule(fw, None, plan.pp, plan.vpp)
     return plan.model_copy(update=update) if update else plan
 
 
@@ -156,7 +158,11 @@ def _moe_load(model: ModelSpec, plan, seq_len: int) -> float:
 def recompute_mode(recompute: str, fw: FrameworkProfile) -> str:
     """What a plan's recompute mode repeats in this framework: Megatron's ``selective`` is the
     attention core (Korthikanti et al. 2022); torchtitan's is op-level (``selective_ops``)."""
-    return "selective_ops" if recompute == "selective" and fw.selective_recompute == "ops" else recompute
+    if recompute == "selective" and fw.selective_recompute == "ops":
+        return "selective_ops"
+    if recompute == "selective" and fw.selective_recompute == "norm_up":
+        return "selective_norm_up"
+    return recompute
 
 
 @lru_cache(maxsize=8192)
@@ -177,9 +183,20 @@ def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: Layer
         ops = core
     elif mode == "selective_ops" and c is not None:
         ops = op_sac_recompute(c, fwd)
+    elif mode == "selective_norm_up":
+        ops = tuple(op for op in fwd if _norm_up_recomputed(op.name))
     else:
         return ()
     return tuple(replace(op, phase=Phase.RECOMPUTE, extra={}) for op in ops)
+
+
+def _norm_up_recomputed(name: str) -> bool:
+    """The forward ops DeepSeek-V3's backward repeats (arXiv 2412.19437): every RMSNorm and the MLA
+    up-projections with the RoPE on their output (Sec. 3.2.3), and the SwiGLU whose inputs are cached
+    in FP8 (Sec. 3.3.3); with their FP8 casts (the recomputed GEMM inputs are quantized again)."""
+    base = name.removesuffix(".fp8_cast")
+    return (base in ("norm1", "norm2", "attn.q_up", "attn.kv_up", "attn.rope") or base.endswith(".act")
+            or (name.endswith(".down.fp8_cast")))
 
 
 def layer_params_per_rank(model: ModelSpec, index: int, plan: Plan) -> tuple[float, float]:
