@@ -146,13 +146,45 @@ def test_checkpoint_modes_and_writers():
     sync = checkpoint_costs(p, CheckpointConfig(mode="sync"))
     asyn = checkpoint_costs(p, CheckpointConfig(mode="async"))
     mem = checkpoint_costs(p, CheckpointConfig(mode="in-memory"))
-    assert asyn.blocking_s < sync.blocking_s and asyn.persist_s == pytest.approx(sync.save_s)
+    cfg = CheckpointConfig()
+    pageable = sync.bytes_per_gpu_max / cfg.pageable_copy_bytes_per_s
+    assert asyn.blocking_s < sync.blocking_s and asyn.persist_s + pageable == pytest.approx(sync.save_s)
     assert sync.persist_s == 0 and mem.blocking_s <= asyn.blocking_s
     legacy = checkpoint_costs(p, CheckpointConfig(writers="dp-rank-0"))
     assert legacy.bytes_total == pytest.approx(sync.bytes_total)
     assert legacy.bytes_per_gpu_max > 100 * sync.bytes_per_gpu_max and legacy.save_s > sync.save_s
     slow = checkpoint_costs(p, CheckpointConfig(storage_write_bandwidth_bytes_per_s=1e9))
-    assert slow.save_s == pytest.approx(sync.bytes_total / 1e9)
+    assert slow.save_s == pytest.approx(pageable + sync.bytes_total / 1e9)
+
+
+def test_synchronous_part_of_a_checkpoint_is_the_copy_and_the_serialisation():
+    # sync: the pageable copy (torch.save) then serialisation streamed to storage, the slower setting the pace;
+    # async (DCP async_save, CheckFreq's snapshot): only the pinned copy at PCIe bandwidth stalls;
+    # async-serialized (torch.save to host, then upload: GEMINI's HighFreq): copy + serialisation stall
+    p = llama3_8b()
+    cfg = CheckpointConfig()
+    shard = checkpoint_costs(p, cfg).bytes_per_gpu_max
+    copy, ser = shard / cfg.pageable_copy_bytes_per_s, shard / cfg.serialize_bytes_per_s
+    fast = CheckpointConfig(storage_write_bandwidth_bytes_per_s=1e15, node_storage_bandwidth_bytes_per_s=1e15)
+    assert checkpoint_costs(p, fast).blocking_s == pytest.approx(copy + ser, rel=1e-6)   # serialisation bound
+    sync = checkpoint_costs(p, cfg)
+    to_storage = checkpoint_costs(p, CheckpointConfig(serialize_bytes_per_s=1e18)).blocking_s - copy
+    assert sync.blocking_s == pytest.approx(copy + max(ser, to_storage))
+    staged = checkpoint_costs(p, CheckpointConfig(mode="async-serialized"))
+    assert staged.blocking_s == pytest.approx(copy + ser) and staged.persist_s == pytest.approx(to_storage)
+    asyn = checkpoint_costs(p, CheckpointConfig(mode="async"))
+    assert asyn.blocking_s == pytest.approx(shard / p.job.cluster.gpu.pcie_bandwidth_bytes_per_s)
+    # what async and in-memory checkpointing remove: each stalls no more than the next heavier scheme
+    mem = checkpoint_costs(p, CheckpointConfig(mode="in-memory"))
+    assert mem.blocking_s <= asyn.blocking_s < staged.blocking_s <= sync.blocking_s
+    # a faster serialiser never stalls longer
+    quick = checkpoint_costs(p, CheckpointConfig(mode="async-serialized", serialize_bytes_per_s=1e10))
+    assert quick.blocking_s < staged.blocking_s
+    # the rates are options of estimate_goodput, and a bad one is a one-line error
+    g = estimate_goodput(p, 1e11, checkpoint_mode="async-serialized", serialize_bytes_per_s="10GB/s")
+    assert g.checkpoint.blocking_s == pytest.approx(quick.blocking_s)
+    with pytest.raises(ClusterTwinError, match="serialize_bytes_per_s"):
+        estimate_goodput(p, 1e11, serialize_bytes_per_s=0)
 
 
 def test_in_memory_checkpoint_rides_the_network_idle_time():

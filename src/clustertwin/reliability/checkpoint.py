@@ -13,11 +13,22 @@ Who writes:
   whole (tp, pp) shard, the distributed optimizer's state gathered onto them first; the nodes of that
   replica carry the whole checkpoint.
 
+The synchronous part of a checkpoint is what the GPU state passes through before training may go on:
+a copy from GPU to host memory (into pageable memory at ~1.4 GB/s, as ``torch.save`` does, or into
+pinned memory at PCIe bandwidth) and the serialisation of the host copy (``torch.save``, which
+torch.distributed.checkpoint's file writer also uses per tensor) at a host rate per process. The rates
+and their sources are the ``pageable_copy_bytes_per_s`` and ``serialize_bytes_per_s`` fields.
+
 Modes:
-- ``sync``: training stops until the checkpoint is on storage (Young/Daly's classical model).
-- ``async``: training stops only to copy the shard to host memory over PCIe; the write to storage
-  runs in the background and the checkpoint counts only once it is durable (PyTorch DCP async save:
-  7B checkpoint downtime from 148.8 s to 6.3 s, PyTorch blog 2024-06-12).
+- ``sync``: training stops until the checkpoint is on storage (Young/Daly's classical model): the pageable
+  copy, then serialisation streamed to storage (the slower of the two sets the pace).
+- ``async``: training stops only to copy the shard into pinned host memory over PCIe; serialisation and the
+  write to storage run in the background and the checkpoint counts only once it is durable (PyTorch DCP
+  async save: 7B checkpoint downtime from 148.8 s to 6.3 s, PyTorch blog 2024-06-12; CheckFreq (Mohan et
+  al., FAST'21) sec. 4.2: the snapshot is the only part on the critical path, persist runs in the background).
+- ``async-serialized``: training stops while each rank ``torch.save``s its shard to host memory or local
+  disk (pageable copy + serialisation); only the upload to storage runs in the background (GEMINI's HighFreq
+  baseline, SOSP'23: its artifact profiles ``torch.save()`` before sending at 80 s a checkpoint).
 - ``in-memory``: GEMINI-style (Wang et al., SOSP'23): the state is copied to the node's own host memory
   and to a peer node's over the backend network; recovery reads it back from the peer instead of storage.
   The copy rides in the spans the step leaves the network idle (GEMINI's traffic interleaving): no stall
@@ -37,7 +48,7 @@ from pydantic import Field
 from ..specs.model import Frozen
 from ..parallel.layout import expert_dp, expert_tp
 
-CheckpointMode = Literal["sync", "async", "in-memory"]
+CheckpointMode = Literal["sync", "async", "async-serialized", "in-memory"]
 Writers = Literal["all", "dp-rank-0"]
 
 
@@ -51,6 +62,13 @@ class CheckpointConfig(Frozen):
     # DGX H100 datasheet: two dual-port ConnectX-7 (400 Gb/s) for storage and in-band management; one
     # card's 400 Gb/s = 50 GB/s per node towards storage.
     node_storage_bandwidth_bytes_per_s: float = Field(50e9, gt=0)
+    # torch.save copies a GPU tensor into pageable host memory; PyTorch PR #138018 (github.com/pytorch/pytorch/pull/
+    # 138018, A100): "~1.4GB/s for Memcpy DtoH (Device -> Pageable) vs ~12.6GB/s Memcpy DtoH (Device -> Pinned)".
+    pageable_copy_bytes_per_s: float = Field(1.4e9, gt=0)
+    # torch.save's serialisation of a host tensor to a file, one process: ServiceNow/Fast-LLM issue #26 (H100 node,
+    # local NVMe "more than 2 GiB/s of write speed, but torch.save and safetensors.torch.save_file give less than a
+    # third of that"): 2 GiB/s / 3 (an upper bound of the rate, so the stall it prices is a lower bound).
+    serialize_bytes_per_s: float = Field(2.0 * 2**30 / 3.0, gt=0)
     # restart, seconds
     # MegaScale (arXiv 2402.15627) sec. 6.3: detection plus diagnostic tests take "less than 10 minutes";
     # Kokolis et al. 2025 run health checks every 5 minutes. Detection 5 min; diagnosis and replacing the
@@ -131,12 +149,18 @@ def checkpoint_costs(prediction, config: CheckpointConfig) -> CheckpointCosts:
                        per_node_max / cfg.node_storage_bandwidth_bytes_per_s)
     pcie = cluster.gpu.pcie_bandwidth_bytes_per_s
     nic_per_gpu = cluster.node.nic_bandwidth_per_gpu
-    snapshot = per_gpu_max / pcie
+    snapshot = per_gpu_max / pcie                                  # into pinned host memory
+    pageable = per_gpu_max / cfg.pageable_copy_bytes_per_s         # torch.save's copy into pageable memory
+    serialize = per_gpu_max / cfg.serialize_bytes_per_s            # each rank serialises its shard in parallel
     if cfg.mode == "sync":
-        blocking, persist, save, load = to_storage, 0.0, to_storage, from_storage
+        blocking = pageable + max(serialize, to_storage)
+        persist, save, load = 0.0, blocking, from_storage
     elif cfg.mode == "async":
-        blocking, persist = snapshot, to_storage
-        save, load = snapshot + to_storage, from_storage
+        blocking, persist = snapshot, max(serialize, to_storage)
+        save, load = snapshot + persist, from_storage
+    elif cfg.mode == "async-serialized":
+        blocking, persist = pageable + serialize, to_storage
+        save, load = blocking + to_storage, from_storage
     else:  # in-memory: a copy in the node's own host memory and one in a peer node's, over the backend network
         peer = per_node_max / (nic_per_gpu * min(g, cluster.num_gpus))
         idle = network_idle_s(prediction)

@@ -42,7 +42,7 @@ FailureModelOpt = typer.Option(None, "--failure-model",
                                     "[default llama3]")
 FailureRateOpt = typer.Option(None, "--failure-rate", help="CLASS=RATE per unit-hour, e.g. gpu=1.2e-5 (repeatable)")
 NoPlannedOpt = typer.Option(False, "--no-planned", help="leave out planned interruptions")
-CheckpointModeOpt = typer.Option("sync", "--checkpoint-mode", help="sync | async | in-memory")
+CheckpointModeOpt = typer.Option("sync", "--checkpoint-mode", help="sync | async | async-serialized | in-memory")
 CheckpointWritersOpt = typer.Option("all", "--checkpoint-writers",
                                     help="all (fully parallel save) | dp-rank-0 (Megatron legacy format)")
 StorageBandwidthOpt = typer.Option(None, "--storage-bandwidth",

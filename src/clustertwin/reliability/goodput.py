@@ -57,11 +57,13 @@ class GoodputOptions(Frozen):
     planned_interruptions: bool = True
     checkpoint_interval_s: Union[float, Literal["auto"], None] = "auto"
     # checkpointing and restart (see CheckpointConfig for sources)
-    checkpoint_mode: Literal["sync", "async", "in-memory"] = "sync"
+    checkpoint_mode: Literal["sync", "async", "async-serialized", "in-memory"] = "sync"
     checkpoint_writers: Literal["all", "dp-rank-0"] = "all"
     storage_write_bandwidth_bytes_per_s: float | None = None
     storage_read_bandwidth_bytes_per_s: float | None = None
     node_storage_bandwidth_bytes_per_s: float | None = None
+    pageable_copy_bytes_per_s: float | None = None     # GPU -> pageable host copy (torch.save); see CheckpointConfig
+    serialize_bytes_per_s: float | None = None         # torch.save serialisation per process; see CheckpointConfig
     detection_s: float | None = None
     reschedule_s: float | None = None
     spare_swap_s: float | None = None
@@ -116,7 +118,8 @@ class GoodputOptions(Frozen):
         return x
 
     @field_validator("storage_write_bandwidth_bytes_per_s", "storage_read_bandwidth_bytes_per_s",
-                     "node_storage_bandwidth_bytes_per_s", mode="before")
+                     "node_storage_bandwidth_bytes_per_s", "pageable_copy_bytes_per_s", "serialize_bytes_per_s",
+                     mode="before")
     @classmethod
     def _bw(cls, v, info):
         if v is None:
@@ -593,7 +596,7 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     Options (all keyword, all optional; see ``GoodputOptions``): ``failure_model`` (preset name, YAML
     file or ``FailureModel``; default llama3), ``mtbf_s``, ``failure_rates`` ({class: per-unit-hour}),
     ``planned_interruptions``, ``checkpoint_interval_s`` ("auto" or seconds), ``checkpoint_mode``
-    (sync | async | in-memory), ``checkpoint_writers`` (all | dp-rank-0), storage and restart times,
+    (sync | async | async-serialized | in-memory), ``checkpoint_writers`` (all | dp-rank-0), storage and restart times,
     ``hot_spares``, straggler parameters (``stragglers=False`` turns them off), ``monte_carlo_runs``
     and ``seed``. Bad input raises a ClusterTwinError subclass with a one-line message.
     """
