@@ -111,7 +111,7 @@ def test_goodput_sweep_peaks_at_the_chosen_interval(report):
     assert max(sw["goodput"]) <= g["goodput"] * (1 + 1e-9)    # auto: the optimal interval
     assert max(sw["goodput"]) == pytest.approx(g["goodput"], rel=1e-3)
     assert data["summary"]["goodput"] == g["goodput"] and 0 < g["goodput"] < 1
-    assert set(g["other_modes"]) <= {"async", "in-memory"}
+    assert set(g["other_modes"]) <= {"async", "async-serialized", "in-memory"}
 
 
 def test_timeline_has_every_microbatch_per_stage(report):

@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, get_args
 
 import numpy as np
 
 from ..errors import ClusterTwinError, DataError, SpecError
+from ..reliability.checkpoint import CheckpointMode
 from ..jobs import JobOptions, job_from_options, search_inputs
 from ..units import format_duration, parse_quantity
 
@@ -37,7 +38,7 @@ VIEWS = {
     "timeline": "Pipeline timeline of one iteration",
 }
 STEPS = ("predict", "search", "landscape", "goodput", "timeline")
-_MODES = ("sync", "async", "in-memory")
+_MODES = get_args(CheckpointMode)   # every mode goodput prices, the chosen one and the others compared
 
 
 def _dur(seconds: float | None) -> str:
