@@ -298,7 +298,7 @@ def _view_goodput(go, d: dict) -> str:
     sw = g["sweep"]
     ck = g["checkpoint"]
     fig = go.Figure()
-    dashes = {"sync": "dot", "async": "dash", "in-memory": "dashdot"}
+    dashes = {"sync": "dot", "async": "dash", "async-serialized": "longdash", "in-memory": "dashdot"}
     for mode, o in (g.get("other_modes") or {}).items():
         fig.add_trace(go.Scatter(x=o["sweep"]["interval_s"], y=[v * 100 for v in o["sweep"]["goodput"]], mode="lines",
                                  name=f"{mode} checkpoints (best {o['goodput'] * 100:.1f}%)",
