@@ -40,8 +40,14 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   GPU's NIC carries 1/ranks per node of it; CollNet Chain runs the tree's NVLink chain. The same
   switches let NVLS span nodes (NVLS + SHARP).
 
-A network plugin may leave NCCL fewer protocols (``NetworkPricer(..., protocols=...)``, NCCL_PROTO):
-aws-ofi-nccl sets Simple only on EFA that does not deliver 128-byte lines in order (p4d/p4de).
+A network plugin may leave NCCL fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
+every communicator of the process) on EFA that does not deliver 128-byte lines in order (p4d/p4de; the
+node's ``nic_ordered_128b_delivery: false``); ``NetworkPricer(..., protocols=...)`` takes an explicit
+NCCL_PROTO on top.
+
+Inside a node, a switch (NVSwitch) gives a GPU its whole port whatever the group; a full mesh (AMD xGMI,
+the node's ``scaleup_topology``) gives a group of g GPUs of the node only the g - 1 links joining them
+(one link per peer), and a send one link (``scaleup``).
 
 Traffic between leaf switches pays the fat-tree's oversubscription (per tier where the cluster
 gives ``tier_oversubscription``: the product of the tiers a group climbs), and each switch tier
