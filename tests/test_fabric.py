@@ -159,3 +159,17 @@ def test_node_spec_defaults_mesh_from_xgmi():
     assert n.scaleup_mesh and n.scaleup_links == 7
     n = NodeSpec(name="n", gpu=gpu, scaleup_fabric="xgmi", scaleup_topology="switch", nic_bandwidth_bytes_per_s=50e9)
     assert not n.scaleup_mesh
+
+
+def test_stacked_pricing_equals_one_by_one_on_the_mesh():
+    """The training model's batched pricing (time_many) and one collective at a time (time) agree on mesh
+    groups, sends included."""
+    import numpy as np
+    _, net = _mi300x()
+    pls = [place_group(2, 1, 8), place_group(4, 1, 8), place_group(8, 1, 8), place_group(2, 4, 8)]
+    sizes = np.array([1e3, 3e5, 16 * MiB, 2.5 * GiB, 7e4, 1e9])
+    index = np.array([0, 1, 2, 3, 1, 0])
+    for op in ("all_reduce", "all_gather", "send_recv"):
+        got = net.time_many(op, sizes, pls, index)
+        want = [net.time(op, float(s), pls[i]) for s, i in zip(sizes, index)]
+        assert got == pytest.approx(want, rel=1e-12)
