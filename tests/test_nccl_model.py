@@ -26,7 +26,7 @@ def rows():
 
 
 def test_every_row_is_priced(rows):
-    assert len(rows) == 286
+    assert len(rows) == 318
 
 
 def test_large_messages_within_tolerance(rows):

@@ -40,8 +40,14 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   GPU's NIC carries 1/ranks per node of it; CollNet Chain runs the tree's NVLink chain. The same
   switches let NVLS span nodes (NVLS + SHARP).
 
-A network plugin may leave NCCL fewer protocols (``NetworkPricer(..., protocols=...)``, NCCL_PROTO):
-aws-ofi-nccl sets Simple only on EFA that does not deliver 128-byte lines in order (p4d/p4de).
+A network plugin may leave NCCL fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
+every communicator of the process) on EFA that does not deliver 128-byte lines in order (p4d/p4de; the
+node's ``nic_ordered_128b_delivery: false``); ``NetworkPricer(..., protocols=...)`` takes an explicit
+NCCL_PROTO on top.
+
+Inside a node, a switch (NVSwitch) gives a GPU its whole port whatever the group; a full mesh (AMD xGMI,
+the node's ``scaleup_topology``) gives a group of g GPUs of the node only the g - 1 links joining them
+(one link per peer), and a send one link (``scaleup``).
 
 Traffic between leaf switches pays the fat-tree's oversubscription (per tier where the cluster
 gives ``tier_oversubscription``: the product of the tiers a group climbs), and each switch tier
@@ -277,12 +283,22 @@ class NetworkPricer:
         if unknown or (protocols is not None and not protocols):
             raise SpecError("protocols", f"unknown or empty NCCL protocol list {list(protocols or ())!r}",
                             f"name one or more of {', '.join(PROTOCOLS)}")
-        self.protocols = tuple(PROTOCOLS) if protocols is None else tuple(protocols)
         node = cluster.node
+        allowed = tuple(PROTOCOLS) if protocols is None else tuple(protocols)
+        if not node.nic_ordered_128b_delivery:
+            # the plugin sets NCCL_PROTO=simple when it initialises, for every communicator of the process
+            allowed = tuple(p for p in allowed if p == "simple")
+            if not allowed:
+                raise SpecError("protocols", f"{list(protocols or ())!r} leaves no protocol on NICs without ordered "
+                                "128-byte delivery (NCCL runs Simple only there)", "include simple")
+        self.protocols = allowed
         self.G = node.gpus_per_node
         self.nvlink = node.gpu_scaleup_bandwidth * profile.nvlink_efficiency
         if node.scaleup_fabric == "pcie":
             self.nvlink = min(self.nvlink, node.gpu.pcie_bandwidth_bytes_per_s * profile.nvlink_efficiency)
+        # a full mesh (xGMI): one link to each peer; a group uses only the links to its own members
+        self.mesh = node.scaleup_mesh
+        self.link = node.scaleup_link_bandwidth * profile.nvlink_efficiency if self.mesh else self.nvlink
         self.nic_per_gpu = node.nic_bandwidth_per_gpu * profile.nic_efficiency
         self.nodes_per_leaf = cluster.nodes_per_leaf
         self.torus_link = (cluster.torus_link_bandwidth_bytes_per_s or 0.0) * profile.nic_efficiency
@@ -303,6 +319,19 @@ class NetworkPricer:
         self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float, float, float, float, bool, int]]] = {}
 
     # ---- the fabric --------------------------------------------------------------------------------
+    def scaleup(self, ppn: int, kind: str = "") -> float:
+        """Bytes/s one direction a rank gets from the node's scale-up fabric in a collective of ``kind``
+        whose group has ``ppn`` ranks in the node. Behind a switch: the GPU's whole port, whatever the
+        group. On a full mesh (xGMI: one link to each peer; AMD MI300X data sheet, ROCm/rccl README
+        'using less than 8 MI300 GPUs') the ranks' rings and direct sends run over the links joining
+        the group's members: ppn - 1 links (RCCL's topology reports 3 x 48 GB/s for 4 MI300X,
+        ROCm/rccl#1210), and one link for a send to one peer."""
+        if not self.mesh or ppn <= 1:
+            return self.nvlink
+        if kind == "send_recv":
+            return self.link
+        return min(self.nvlink, (ppn - 1) * self.link)
+
     def _taper(self, pl: GroupPlacement) -> float:
         if self.cluster.topology == "torus" or pl.node_span <= self.nodes_per_leaf:
             return 1.0
@@ -351,11 +380,11 @@ class NetworkPricer:
     def bandwidth(self, pl: GroupPlacement, kind: str) -> float:
         """Bus bandwidth of a ring with the Simple protocol (the link's NCCL bandwidth)."""
         if pl.nodes == 1:
-            return self.nvlink
+            return self.scaleup(pl.ranks_per_node, kind)
         if kind == "send_recv":
             # one rank's NIC, or on a torus the link to the neighbouring node
             return self.torus_link if self.cluster.topology == "torus" else self.nic_per_gpu / self._taper(pl)
-        return min(self.nvlink, self.node_network(pl))
+        return min(self.scaleup(pl.ranks_per_node, kind), self.node_network(pl))
 
     def _step_latency(self, pl: GroupPlacement) -> float:
         """Per-step latency of the cluster's figures (all-to-all and send/recv)."""
@@ -474,7 +503,7 @@ class NetworkPricer:
             node_nic = self.node_network(pl)
             # each GPU of the chain sends up (reduce) and down (broadcast) through its one NVSwitch
             # port: half the link each (NCCL's tree ratio .5)
-            chain = self.nvlink / 2 if ppn > 1 else math.inf
+            chain = self.scaleup(ppn, kind) / 2 if ppn > 1 else math.inf
             algbw = _TREE * min(chain, node_nic / (2.0 * (N - 1) / N))
             for p, proto in enumerate(PROTOCOLS):
                 bw = algbw * _TREE_PROTO[proto]
@@ -512,13 +541,13 @@ class NetworkPricer:
             if self.cluster.node.scaleup_fabric == "nvswitch":
                 # CollNet Direct: NVLink reduce-scatter and all-gather ((ppn-1)/ppn of the buffer each way
                 # through a GPU's port, twice), each GPU's NIC carrying 1/ppn of the buffer up and down
-                intra_bw = self.nvlink * ppn / (2.0 * (ppn - 1)) if ppn > 1 else math.inf
+                intra_bw = self.scaleup(ppn, kind) * ppn / (2.0 * (ppn - 1)) if ppn > 1 else math.inf
                 algbw = hopper * min(intra_bw, node_nic)
                 lat = (_lat("base", "collnet_direct", "simple") + net_lat("collnet_direct", "simple")
                        + 2 * (min(1, ppn - 1) * nv_lat("collnet_direct", "simple") + (ppn - 1) * _COLLNET_ARITY))
                 out.append((lat, 1.0 / algbw, _COLLNET_DIRECT, simple))
             # CollNet Chain: the tree's NVLink chain (half the port each way), the node's NICs carry the buffer once
-            chain = self.nvlink / 2 if ppn > 1 else math.inf
+            chain = self.scaleup(ppn, kind) / 2 if ppn > 1 else math.inf
             algbw = min(chain, node_nic)
             lat = (_lat("base", "collnet_chain", "simple") + net_lat("collnet_chain", "simple")
                    + 2 * (ppn - 1) * nv_lat("collnet_chain", "simple"))
@@ -570,15 +599,16 @@ class NetworkPricer:
             g = pl.ranks_per_node
             nic = self._gpu_network_all_to_all(pl)
             inter = nbytes * (n - g) / n / nic
+            scaleup = self.scaleup(g, kind)
             if node_dedup:
                 top_k, groups, topk_groups = node_dedup
                 inter *= min(1.0, expected_target_nodes(top_k, pl.nodes, groups, topk_groups) / top_k)
-                intra = nbytes * (g - 1) / g / self.nvlink
+                intra = nbytes * (g - 1) / g / scaleup
             else:
-                intra = nbytes * (g - 1) / n / self.nvlink
+                intra = nbytes * (g - 1) / n / scaleup
                 if self.cluster.topology == "rail-only":
                     # no switch between rails: the share for another node's other rails first crosses NVLink
-                    intra += nbytes * (n - g) / n * (g - 1) / g / self.nvlink
+                    intra += nbytes * (n - g) / n * (g - 1) / g / scaleup
             return max(intra, inter) + self.latency(pl, kind)
         key = (kind, pl)
         menu = self._lines.get(key)
@@ -625,7 +655,7 @@ class NetworkPricer:
         intra = inter = None
         if pl.ranks_per_node > 1 and n > 1:
             intra = {"link": self.cluster.node.scaleup_fabric, "ranks_per_node": pl.ranks_per_node,
-                     "bandwidth_bytes_per_s": self.nvlink, "step_latency_s": self.cluster.intra_node_latency_s}
+                     "bandwidth_bytes_per_s": self.scaleup(pl.ranks_per_node, kind), "step_latency_s": self.cluster.intra_node_latency_s}
         if pl.nodes > 1:
             inter = {"link": self.cluster.topology, "nodes": pl.nodes,
                      "nic_bandwidth_bytes_per_s": self.node_network(pl) * self._taper(pl),

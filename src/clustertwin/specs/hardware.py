@@ -163,15 +163,56 @@ class NodeSpec(Frozen):
     scaleup_fabric: Literal["nvswitch", "nvlink-p2p", "xgmi", "pcie"] = "nvswitch"
     scaleup_bandwidth_bytes_per_s: float | None = Field(
         None, gt=0, description="per GPU, one direction; None = the GPU's own link")
+    scaleup_topology: Literal["switch", "full-mesh"] | None = Field(
+        None, description="how the GPUs of the node are joined: 'switch' (NVSwitch, a PCIe switch: a GPU reaches any "
+        "set of peers with its whole link) or 'full-mesh' (AMD xGMI: one link to each peer, so a group of g GPUs uses "
+        "g - 1 of them); None: full-mesh for xgmi, switch otherwise")
+    scaleup_links_per_gpu: int | None = Field(
+        None, gt=0, le=1024, description="full-mesh: links per GPU, each carrying scaleup_bandwidth / links; None: "
+        "gpus_per_node - 1 (one to each peer)")
     nics_per_node: int = Field(8, gt=0, le=64)
     nic_bandwidth_bytes_per_s: float = Field(gt=0, description="per NIC, one direction")
+    nic_ordered_128b_delivery: bool = Field(
+        True, description="the NIC delivers 128-byte lines in order (InfiniBand, RoCE, EFA with its RDMA protocol); "
+        "false (EFA on p4d/p4de): aws-ofi-nccl sets NCCL_PROTO=simple, NCCL runs neither LL nor LL128")
 
     _p_bw: Any = field_validator("scaleup_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s",
                             mode="before")(classmethod(_q("bandwidth")))
 
+    @model_validator(mode="after")
+    def _mesh(self) -> "NodeSpec":
+        if self.scaleup_links_per_gpu is not None:
+            if not self.scaleup_mesh:
+                raise SpecError("scaleup_links_per_gpu", f"given for a {self.scaleup_topology or self.scaleup_fabric} "
+                                "node", "set scaleup_topology: full-mesh, or drop it")
+            if self.scaleup_links_per_gpu < self.gpus_per_node - 1:
+                raise SpecError("scaleup_links_per_gpu", f"{self.scaleup_links_per_gpu} links cannot join each of "
+                                f"{self.gpus_per_node} GPUs to its {self.gpus_per_node - 1} peers",
+                                f"give at least {self.gpus_per_node - 1} (a full mesh has one link to each peer)")
+        return self
+
     @property
     def gpu_scaleup_bandwidth(self) -> float:
         return self.scaleup_bandwidth_bytes_per_s or self.gpu.scaleup_bandwidth_bytes_per_s
+
+    @property
+    def scaleup_mesh(self) -> bool:
+        """Whether each GPU has one link to each peer (a full mesh) rather than a port into a switch."""
+        if self.scaleup_topology is not None:
+            return self.scaleup_topology == "full-mesh"
+        return self.scaleup_fabric == "xgmi"
+
+    @property
+    def scaleup_links(self) -> int:
+        """Full mesh: the links of one GPU (one per peer of the whole node); a switch node: 1 port."""
+        if not self.scaleup_mesh:
+            return 1
+        return self.scaleup_links_per_gpu or max(1, self.gpus_per_node - 1)
+
+    @property
+    def scaleup_link_bandwidth(self) -> float:
+        """Bytes/s one direction of one mesh link (a switch node: the GPU's whole port)."""
+        return self.gpu_scaleup_bandwidth / self.scaleup_links
 
     @property
     def node_nic_bandwidth(self) -> float:
@@ -260,8 +301,11 @@ class ClusterSpec(Frozen):
         if num_gpus <= 0:
             raise SpecError("num_gpus", f"{num_gpus} must be positive", "give the number of GPUs in the job")
         if num_gpus < g:
+            # part of a node: a full mesh keeps its links (to peers outside the job too)
             node = self.node.model_copy(update={"gpus_per_node": num_gpus,
-                                                "nics_per_node": max(1, self.node.nics_per_node * num_gpus // g)})
+                                                "nics_per_node": max(1, self.node.nics_per_node * num_gpus // g),
+                                                "scaleup_links_per_gpu": self.node.scaleup_links_per_gpu
+                                                if not self.node.scaleup_mesh else self.node.scaleup_links})
             return self.model_copy(update={"node": node, "num_nodes": 1})
         if num_gpus % g:
             raise SpecError("num_gpus", f"{num_gpus} is not a multiple of {g} GPUs per node",

@@ -48,28 +48,30 @@ NET_PLUGIN_LATENCY = {
 }
 
 
-# NCCL protocols a network plugin leaves NCCL (NCCL_PROTO), where it restricts them: run-id prefix ->
-# (protocols, source). EFA on p4d/p4de does not deliver 128-byte lines in order, and LL/LL128 rely on that
-# ordering, so the plugin sets NCCL_PROTO=simple; on p5 with its RDMA protocol it does not (aws/aws-ofi-nccl
-# pull request 280, "aws: Do not force NCCL_PROTO=simple on P5").
+# NICs that do not deliver 128-byte lines in order, where the row's fabric is such: run-id prefix -> source.
+# EFA on p4d/p4de does not, and LL/LL128 rely on that ordering, so the plugin sets NCCL_PROTO=simple; on p5
+# with its RDMA protocol it does not (aws/aws-ofi-nccl pull request 280, "aws: Do not force NCCL_PROTO=simple
+# on P5"). The cluster says so (node field nic_ordered_128b_delivery: false) and NetworkPricer keeps NCCL to
+# Simple there, as it does for a user's p4d/p4de cluster file.
 _AWS_SIMPLE = ("aws/aws-ofi-nccl src/platform-aws.cpp (commit 2daf7d30) configure_ep_inorder: without "
                "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES (p4d/p4de use the SENDRECV protocol) the plugin "
                "sets NCCL_PROTO=simple 'as the LL/LL128 protocols can lead to data corruption without data delivery "
                "ordering'; a p4d.24xlarge log shows it (aws/aws-ofi-nccl issue 715: 'Setting "
                "FI_OPT_EFA_SENDRECV_IN_ORDER_ALIGNED_128_BYTES not supported ... Setting NCCL_PROTO to \"simple\"'), "
                "and AWS's EFA guidance of 2021 made NCCL_PROTO=simple a must (aws/aws-ofi-nccl issue 76)")
-NET_PLUGIN_PROTOCOLS = {
-    "aws-p4d": (("simple",), _AWS_SIMPLE),
+UNORDERED_NICS = {
+    "aws-p4d": _AWS_SIMPLE,
 }
 
 
+def _unordered_nics(row: dict) -> bool:
+    """Whether the row's nodes talk over NICs without ordered 128-byte delivery (a multi-node EFA run on p4d/p4de)."""
+    return int(row["nodes"]) > 1 and any(row["run_id"].startswith(p) for p in UNORDERED_NICS)
+
+
 def protocols_of(row: dict) -> tuple[str, ...] | None:
-    """The NCCL protocols a row's network plugin allows (None: NCCL's default, all three)."""
-    if int(row["nodes"]) > 1:
-        for prefix, (protos, _source) in NET_PLUGIN_PROTOCOLS.items():
-            if row["run_id"].startswith(prefix):
-                return protos
-    return None
+    """The NCCL protocols a row's cluster leaves NCCL (None: NCCL's default, all three)."""
+    return ("simple",) if _unordered_nics(row) else None
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,9 @@ def cluster_of(row: dict):
     if nics and int(row["nodes"]) > 1:
         node = cluster.node.model_copy(update={"nics_per_node": nics[0], "nic_bandwidth_bytes_per_s": nics[1] / 8})
         cluster = cluster.model_copy(update={"node": node})
+    if _unordered_nics(row):
+        node = cluster.node.model_copy(update={"nic_ordered_128b_delivery": False})
+        cluster = cluster.model_copy(update={"node": node})
     for prefix, (extra, _source) in NET_PLUGIN_LATENCY.items():
         if row["run_id"].startswith(prefix) and int(row["nodes"]) > 1:
             # the cluster's figure is NCCL's LL128 ring step; the plugin's latency comes on top
@@ -145,11 +150,10 @@ def compare(path: str | Path) -> list[Compared]:
             if t is None or t <= 0:
                 continue
             cluster = cluster_of(row)
-            protocols = protocols_of(row)
-            key = repr((cluster, protocols))
+            key = repr(cluster)
             pricer = pricers.get(key)
             if pricer is None:
-                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu), protocols)
+                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu))
             n = int(row["num_gpus"])
             nbytes = float(row["bytes"])
             # the code path of `clustertwin collective` (and of the training model's collectives)
