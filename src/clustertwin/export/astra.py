@@ -46,7 +46,9 @@ def network_dims(graph: WorkloadGraph, profile: HardwareProfile) -> dict:
     pricer = NetworkPricer(cluster, profile)
     world = cluster.num_gpus
     g = min(cluster.gpus_per_node, world)
-    dims = [("Switch", g, pricer.nvlink, _ring_step_latency_s(pricer, False, g))]
+    # the node's scale-up bandwidth a rank gets in a group of g (on a full mesh, xGMI, only the g - 1
+    # links joining the group: a job on part of a node does not get the whole node's bandwidth)
+    dims = [("Switch", g, pricer.scaleup(g), _ring_step_latency_s(pricer, False, g))]
     if world > g:
         nodes = world // g
         dims.append(("Switch", nodes, pricer.nic_per_gpu, _ring_step_latency_s(pricer, True, nodes)))
