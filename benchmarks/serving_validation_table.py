@@ -2,6 +2,12 @@
 metric family (throughput, latency) and per source, and the error of every row, as markdown.
 
     python benchmarks/serving_validation_table.py [CSV] [--write docs/serving-validation.md]
+    python benchmarks/serving_validation_table.py --residuals [--source TEXT]
+
+``--residuals`` prints, instead of the tables, the *signed* error (bias) and MAPE of the predicted rows
+grouped by metric, GPU, model, tp, input/output length, load (request rate, concurrency or offline),
+precision and engine version, per metric family: which way and where the twin misses (``--source``
+keeps the rows whose source contains TEXT, case-insensitive).
 
 Nothing is fitted to the rows: every figure is out of sample (cross-validation by source is the
 identity here; the per-source MAPE is what leave-one-source-out would print). Tables: by metric family,
@@ -97,15 +103,56 @@ def tables(csv_path: Path) -> str:
     return "\n".join(out) + "\n"
 
 
+def load_of(r) -> str:
+    """The row's load: ``qps R``, ``conc C`` or its workload (offline, static)."""
+    raw = r.raw
+    rate, conc = (raw.get("request_rate") or "").strip(), (raw.get("concurrency") or "").strip()
+    return f"qps {rate}" if rate else f"conc {conc}" if conc else (raw.get("workload") or "?").strip()
+
+
+RESIDUAL_GROUPS = (
+    ("metric", lambda r: r.metric),
+    ("GPU", lambda r: r.raw.get("gpu", "")),
+    ("model", lambda r: r.raw.get("model", "")),
+    ("tp", lambda r: r.raw.get("tp", "")),
+    ("input/output length", lambda r: f"{r.raw.get('input_len') or '-'}/{r.raw.get('output_len') or '-'}"),
+    ("load", load_of),
+    ("precision / KV cache", lambda r: f"{r.raw.get('precision') or '-'} / {r.raw.get('kv_cache_dtype') or '-'}"),
+    ("engine version", lambda r: f"{r.raw.get('engine', '')} {r.raw.get('engine_version', '')}".strip()),
+)
+
+
+def residuals(csv_path: Path, source: str = "") -> str:
+    """Signed error and MAPE by group (RESIDUAL_GROUPS), per metric family, as markdown."""
+    rows = read_serving_runs(csv_path)
+    if source:
+        rows = [r for r in rows if source.lower() in r.source.lower()]
+    rep = validate_serving(rows)
+    out = [f"# Serving residuals{f' (sources containing {source!r})' if source else ''}", "",
+           f"{len(rep.ok_rows)} rows predicted of {len(rep.rows)}. Bias = mean (predicted - measured) / measured: "
+           "negative latency = the twin is too fast, negative throughput = too slow."]
+    for fam in ("throughput", "latency"):
+        for title, key in RESIDUAL_GROUPS:
+            got = rep.bias_by(key, fam)
+            if not got:
+                continue
+            out += ["", f"## {fam} by {title}", "", f"| {title} | rows | bias | MAPE |", "|---|---|---|---|"]
+            out += [f"| {k} | {n} | {100 * b:+.1f}% | {100 * m:.1f}% |" for k, (n, b, m) in got.items()]
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("csv", nargs="?", type=Path, default=DEFAULT)
     ap.add_argument("--write", type=Path, default=None, help="write the markdown to this file")
+    ap.add_argument("--residuals", action="store_true", help="signed error by metric, GPU, model, tp, lengths, "
+                    "load, precision and engine version instead of the tables")
+    ap.add_argument("--source", default="", help="with --residuals: only rows whose source contains this text")
     a = ap.parse_args()
     if not a.csv.exists():
         sys.stderr.write(f"error: csv: {a.csv.name} not found; give a serving CSV\n")
         raise SystemExit(2)
-    text = tables(a.csv)
+    text = residuals(a.csv, a.source) if a.residuals else tables(a.csv)
     if a.write:
         a.write.write_text(text, encoding="utf-8")
     else:

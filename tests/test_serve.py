@@ -433,3 +433,38 @@ def test_serve_no_chunked_prefill_flag_reaches_the_engine(capsys) -> None:
     assert code == 0, err
     d = json.loads(out)
     assert d["fits"] is True and any(a.startswith("chunked prefill off") for a in d["assumptions"])
+
+
+def test_bias_by_gives_signed_error_and_mape_per_group():
+    """Residuals keep their sign: two latency rows 10% and 30% low average -20% bias, 20% MAPE; a
+    throughput row is kept out of the latency family."""
+    from clustertwin.validate.serving import ServingReport, ServingRow
+    rows = []
+    for metric, measured, predicted, gpu in (("ttft_mean_s", 1.0, 0.9, "h100-sxm"), ("ttft_mean_s", 2.0, 1.4, "h100-sxm"),
+                                             ("itl_mean_s", 0.01, 0.012, "h200"),
+                                             ("output_tokens_per_s", 100.0, 150.0, "h100-sxm")):
+        r = ServingRow("run", metric, measured, {"gpu": gpu}, 2)
+        r.predicted = predicted
+        rows.append(r)
+    rep = ServingReport(rows)
+    got = rep.bias_by(lambda r: r.raw["gpu"], "latency")
+    n, bias, mape = got["h100-sxm"]
+    assert n == 2 and abs(bias - (-0.2)) < 1e-12 and abs(mape - 0.2) < 1e-12
+    assert got["h200"][0] == 1 and abs(got["h200"][1] - 0.2) < 1e-12
+    thr = rep.bias_by(lambda r: r.metric, "throughput")
+    assert list(thr) == ["output_tokens_per_s"] and abs(thr["output_tokens_per_s"][1] - 0.5) < 1e-12
+    everything = rep.bias_by(lambda r: "all")
+    assert everything["all"][0] == 4
+
+
+def test_residuals_table_prints_signed_groups(tmp_path):
+    """benchmarks/serving_validation_table.py --residuals: one table per family and grouping, signs kept."""
+    import importlib.util
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("svt", root / "benchmarks" / "serving_validation_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)   # type: ignore[union-attr]
+    text = mod.residuals(root / "tests" / "data" / "serving_runs_small.csv")
+    assert "## throughput by metric" in text and "## latency by load" in text
+    assert "| bias |" in text and ("| +" in text or "| -" in text)

@@ -108,6 +108,16 @@ class ServingReport:
             groups.setdefault(key(r), []).append(abs(r.error))   # type: ignore[arg-type]
         return {k: sum(v) / len(v) for k, v in sorted(groups.items())}
 
+    def bias_by(self, key, fam: str | None = None) -> dict[str, tuple[int, float, float]]:
+        """Per group of predicted rows (``key(row)``; only metric family ``fam`` when given): (rows, mean
+        signed error, MAPE). The sign says which way the twin misses: negative = predicted below measured
+        (for latencies: too fast; for throughputs: too slow)."""
+        groups: dict[str, list[float]] = {}
+        for r in self.ok_rows:
+            if fam is None or family(r.metric) == fam:
+                groups.setdefault(str(key(r)), []).append(r.error)   # type: ignore[arg-type]
+        return {k: (len(v), sum(v) / len(v), sum(abs(e) for e in v) / len(v)) for k, v in sorted(groups.items())}
+
     def to_json(self) -> dict[str, Any]:
         return {"schema": 1, "kind": "serving", "rows": [r.to_json() for r in self.rows],
                 "predicted": len(self.ok_rows), "unpredicted": len(self.failed_rows),
