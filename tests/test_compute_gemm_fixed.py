@@ -42,6 +42,14 @@ def test_gemm_time_is_work_plus_one_fixed_time():
     assert _pricer(no_fixed).gemm_time(op) == pytest.approx(_work(op))
 
 
+def test_a_memory_bound_gemm_hides_its_fill_and_drain_behind_its_bytes():
+    """Decode at batch 1: a GEMV reads its weights at HBM speed; fill and drain move bytes too."""
+    op = gemm("decode.fc1", 1, 14336, 4096, "bf16", 2)
+    p = _pricer()
+    assert op.bytes / p.mem_bw > _work(op) + HOPPER.gemm_fixed_s
+    assert p.gemm_time(op) == pytest.approx(op.bytes / p.mem_bw)
+
+
 def test_vectorised_times_add_the_same_fixed_time():
     op = gemm("model.layer.mlp.fc1", 4096, 11008, 4096, "bf16", 2)
     p = _pricer()

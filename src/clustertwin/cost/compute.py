@@ -1,8 +1,10 @@
 """Price compute ops: a roofline with shape-dependent efficiency.
 
 time = max(FLOPs / (peak * efficiency(shape)), bytes / (HBM bandwidth * memory efficiency)),
-plus the GPU's gap between kernels, and for a GEMM kernel its fixed fill-and-drain time
-(``HardwareProfile.gemm_fixed_s``, fitted with the shape terms to measured GEMMs: benchmarks/gemm_shape_fit.py). A GEMM whose leading dimensions are not multiples of 16 bytes runs
+plus the GPU's gap between kernels. A GEMM kernel's compute side also carries its fixed fill-and-drain
+time (``HardwareProfile.gemm_fixed_s``, fitted with the shape terms to measured GEMMs:
+benchmarks/gemm_shape_fit.py); the bytes it moves meanwhile count toward the memory side, so a
+memory-bound GEMM (decode at batch 1) hides it. A GEMM whose leading dimensions are not multiples of 16 bytes runs
 at a fraction of that (NVIDIA's Tensor Core requirements). The host's cost of issuing an op's kernels
 (``host_time``: the framework's per-kernel dispatch, Python and autograd included) is priced apart:
 the schedule runs a phase's ops as a stream the host feeds (``stream_time``), so small kernels cost
@@ -174,8 +176,9 @@ class ComputePricer:
                                          self.profile.k_half)
         if not gemm_aligned(op):
             eff *= _UNALIGNED_EFF
-        fixed = self.profile.gemm_fixed_s * float(gemm_launches(op, chunks))   # per kernel: fill and drain
-        return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw) + fixed
+        # per kernel: fill and drain idle the tensor cores while bytes move, so a memory-bound GEMM hides them
+        fixed = self.profile.gemm_fixed_s * float(gemm_launches(op, chunks))
+        return max(op.flops / (self.gpu.peak(op.dtype) * eff) + fixed, op.bytes / self.mem_bw)
 
     def _gemm_chunks(self, op: Op) -> int:
         return self.tp_overlap_chunks if self._is_layer_gemm(op) else 1
@@ -271,7 +274,7 @@ class ComputePricer:
         eff = np.where(gemm_aligned_many(op), eff, eff * _UNALIGNED_EFF)
         chunks = np.where(np.asarray(tp_overlap_chunks) > 1, tp_overlap_chunks, 1) if self._is_layer_gemm(op) else 1
         fixed = self.profile.gemm_fixed_s * gemm_launches(op, chunks)
-        return np.maximum(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw) + fixed
+        return np.maximum(op.flops / (self.gpu.peak(op.dtype) * eff) + fixed, op.bytes / self.mem_bw)
 
     def _attention_times(self, op: Op, attention_chunks: Any) -> Any:
         b, heads, s_q, s_kv, dqk, dv = op.shape
