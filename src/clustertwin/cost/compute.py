@@ -1,7 +1,10 @@
 """Price compute ops: a roofline with shape-dependent efficiency.
 
 time = max(FLOPs / (peak * efficiency(shape)), bytes / (HBM bandwidth * memory efficiency)),
-plus the GPU's gap between kernels. A GEMM whose leading dimensions are not multiples of 16 bytes runs
+plus the GPU's gap between kernels. A GEMM kernel's compute side also carries its fixed fill-and-drain
+time (``HardwareProfile.gemm_fixed_s``, fitted with the shape terms to measured GEMMs:
+benchmarks/gemm_shape_fit.py); the bytes it moves meanwhile count toward the memory side, so a
+memory-bound GEMM (decode at batch 1) hides it. A GEMM whose leading dimensions are not multiples of 16 bytes runs
 at a fraction of that (NVIDIA's Tensor Core requirements). The host's cost of issuing an op's kernels
 (``host_time``: the framework's per-kernel dispatch, Python and autograd included) is priced apart:
 the schedule runs a phase's ops as a stream the host feeds (``stream_time``), so small kernels cost
@@ -32,6 +35,7 @@ _HEAD_DIM_EXP = value("attention.head_dim_exponent")
 _ALIGN_BYTES = value("gemm.alignment_bytes")           # leading dimensions in multiples of this run fastest
 _UNALIGNED_EFF = value("gemm.unaligned_efficiency")    # efficiency multiplier of an unaligned GEMM
 _COLLECTIVE_HOST = value("host.collective_launch_s")   # host time of one collective launch
+_TP_CHUNK_STREAMS = value("gemm.tp_overlap_compute_streams")  # TE's compute streams of a TP-overlapped GEMM
 _EXPERT_STREAMS = int(value("moe.grouped_gemm_streams"))   # expert GEMMs that run at once (TE grouped linear)
 _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one expert's GEMM launch
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
@@ -47,6 +51,17 @@ def fill_batch(op: Op) -> Any:
     cuBLAS GEMM per expert on ``moe.grouped_gemm_streams`` streams, at most that many."""
     batch = op.shape[0]
     return minimum(batch, _EXPERT_STREAMS) if is_expert_gemm(op) else batch
+
+
+def gemm_launches(op: Op, chunks: Any = 1) -> Any:
+    """GEMM kernels of ``op`` whose fixed GPU time (``HardwareProfile.gemm_fixed_s``) is paid one after
+    another: the TP-overlap chunks (``chunks``, each its own GEMM) one of ``gemm.tp_overlap_compute_streams``
+    streams runs, and for routed experts (one GEMM per expert, ``moe.grouped_gemm_streams`` at once) the
+    experts one stream runs; kernels on other streams fill while one drains. Floats, or arrays."""
+    per_stream = np.ceil(np.asarray(chunks) / _TP_CHUNK_STREAMS)
+    if is_expert_gemm(op):
+        return np.ceil(np.asarray(op.shape[0]) / np.asarray(fill_batch(op))) * per_stream
+    return per_stream
 
 
 def gemm_aligned(op: Op) -> bool:
@@ -161,7 +176,9 @@ class ComputePricer:
                                          self.profile.k_half)
         if not gemm_aligned(op):
             eff *= _UNALIGNED_EFF
-        return max(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
+        # per kernel: fill and drain idle the tensor cores while bytes move, so a memory-bound GEMM hides them
+        fixed = self.profile.gemm_fixed_s * float(gemm_launches(op, chunks))
+        return max(op.flops / (self.gpu.peak(op.dtype) * eff) + fixed, op.bytes / self.mem_bw)
 
     def _gemm_chunks(self, op: Op) -> int:
         return self.tp_overlap_chunks if self._is_layer_gemm(op) else 1
@@ -255,7 +272,9 @@ class ComputePricer:
         eff = eff * gemm_shape_efficiency_many(m, n, k, batch, self.gpu.sm_count, self.profile.wave_quantization,
                                                self.profile.k_half)
         eff = np.where(gemm_aligned_many(op), eff, eff * _UNALIGNED_EFF)
-        return np.maximum(op.flops / (self.gpu.peak(op.dtype) * eff), op.bytes / self.mem_bw)
+        chunks = np.where(np.asarray(tp_overlap_chunks) > 1, tp_overlap_chunks, 1) if self._is_layer_gemm(op) else 1
+        fixed = self.profile.gemm_fixed_s * gemm_launches(op, chunks)
+        return np.maximum(op.flops / (self.gpu.peak(op.dtype) * eff) + fixed, op.bytes / self.mem_bw)
 
     def _attention_times(self, op: Op, attention_chunks: Any) -> Any:
         b, heads, s_q, s_kv, dqk, dv = op.shape

@@ -15,6 +15,9 @@ it sustains under dense load); attention and the shape terms stay assumed, never
 ``assumed_fields`` names a profile's assumed entries.
 Wave quantization: a GEMM whose tiles do not fill whole waves of SMs idles the rest of the last wave
 (NVIDIA GEMM performance guide); Hopper's persistent/stream-K kernels recover part of it.
+A GEMM kernel also pays a fixed GPU time that does not scale with its work (``gemm_fixed_s``: CTA
+launch, the first k-tiles' loads, the last tiles' epilogue), fitted with Hopper's K_half to the measured
+H100 GEMMs (benchmarks/gemm_shape_fit.py); a measured GEMM table includes it already.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ class HardwareProfile:
     gemm_efficiency: dict[str, float]    # by dtype: fraction of the datasheet peak of a large GEMM
     wave_quantization: float             # 1 = full tail loss of the last wave, 0 = none
     k_half: float                        # inner dimension at which a GEMM reaches half its efficiency
+    gemm_fixed_s: float                  # GPU seconds per GEMM kernel beyond its work and the launch gap
     attention_fwd_efficiency: float
     attention_bwd_efficiency: float
     attention_seq_half: float            # key length at which flash attention reaches half its efficiency
