@@ -108,6 +108,13 @@ def test_validate_applies_the_recipe_column():
         assert a.fwd_s + a.bwd_s == pytest.approx(b.fwd_s + b.bwd_s)
 
 
+def test_replay_refuses_the_combined_schedule():
+    from clustertwin.sim import simulate
+    job = job_from_row(_row(QWEN_H100))
+    with pytest.raises(PlanError, match="overlap_ep_comm"):
+        simulate(job)
+
+
 def test_validate_states_the_assumption_where_the_row_is_silent():
     rows = list(csv.DictReader(MOE_RUNS.open(newline="", encoding="utf-8")))
     silent = next(r for r in rows if not r["ep_overlap"] and int(r["ep"] or 1) > 1)

@@ -374,6 +374,16 @@ def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:
                         "price it with predict, or set schedule=1f1b")
 
 
+def refuse_ep_overlap(plan, framework: FrameworkProfile, what: str) -> None:
+    """``what`` (the discrete-event replay, the trace exporter) builds plain 1F1B schedules, not Megatron-Core's
+    combined 1F1B that overlaps the MoE all-to-alls (``overlap_ep_comm``)."""
+    on = getattr(plan, "overlap_ep_comm", None)
+    on = framework.overlap_ep_comm if on is None else on
+    if on and plan.ep > 1 and (plan.pp == 1 or plan.vpp > 1):
+        raise PlanError("plan.overlap_ep_comm", f"{what} builds plain 1F1B schedules, and this plan overlaps the MoE "
+                        "all-to-alls (Megatron-Core's combined 1F1B)", "price it with predict, or set overlap_ep_comm=0")
+
+
 def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
     """The rank of a DualPipe pipeline that holds stages ``a`` and ``b`` (i and p-1-i; DeepSeek-V3
     Sec. 3.2.1): half of the micro-batches run through each, so per micro-batch it spends the mean of
