@@ -231,7 +231,7 @@ def test_sim_agrees_with_predict_on_the_published_moe_runs():
         seen.add(key)
         try:
             simulated = simulate(job).step_time_s
-        except PlanError:      # DualPipe (the DeepSeek-V3 paper row's hai-llm stack): 1F1B schedules only
+        except PlanError:      # DualPipe (the DeepSeek-V3 paper row's hai-llm stack), EP all-to-all overlap: 1F1B only
             continue
         predicted = predict_job(job).step_time_s
         if job.plan.zero_stage == 3 and job.model.is_moe:

@@ -482,6 +482,20 @@ _SCHEDULE: list[Constant] = [
              "132 SMs ('only 20 SMs are sufficient to fully utilize the bandwidths of IB and NVLink')",
              "DualPipe: while an all-to-all overlaps the other micro-batch's compute, that compute runs on the "
              "GPU's other SMs (slowed by 20/sm_count of the overlapped time)"),
+    Constant("schedule.deepep_comm_sms", 20, "SMs",
+             "Megatron-Core TransformerConfig.moe_deepep_num_sms = 20 ('Number of SMs to use for DeepEP'; "
+             "megatron/core/transformer/transformer_config.py, core_r0.15 as pinned by Megatron-Bridge v0.2.0, "
+             "unchanged in the core_r0.16 of v0.3.0); the same 20 SMs DeepSeek-V3 Sec. 3.2.2 gives its kernels",
+             "EP all-to-all overlap (Megatron-Core --overlap-moe-expert-parallel-comm) with the deepep dispatcher: "
+             "the compute beside an overlapped dispatch/combine runs on the GPU's other SMs"),
+    Constant("schedule.nccl_a2a_comm_sms", 32, "SMs",
+             "NCCL runs a send/recv (all-to-all) on p2pnChannels = min(nChannels, NCCL_MAX_P2P_NCHANNELS) "
+             "channels, one CTA (thread block, i.e. one SM) each (NVIDIA/nccl src/graph/paths.cc "
+             "ncclTopoComputeP2pChannels); assumed: 32 channels on an 8-GPU NVSwitch node with a NIC per GPU "
+             "(MAXCHANNELS 32 of the NCCL 2.2x releases; the '32 p2p channels' NCCL's init log reports on such "
+             "nodes), not a measurement of these runs",
+             "EP all-to-all overlap (Megatron-Core --overlap-moe-expert-parallel-comm) with the alltoall "
+             "(NCCL) dispatcher: the compute beside an overlapped dispatch/combine runs on the GPU's other SMs"),
 ]
 
 _ALLOC = "PyTorch c10/cuda/CUDACachingAllocator.cpp (the CUDA caching allocator): "

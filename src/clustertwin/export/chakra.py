@@ -40,7 +40,7 @@ import numpy as np
 
 from ..calibrate.profile import profile_for
 from ..errors import ClusterTwinError, DataError
-from ..schedule.step import Pricer, refuse_dualpipe
+from ..schedule.step import Pricer, refuse_dualpipe, refuse_ep_overlap
 from ..sim.layout import StageDP, block_of, chunk_segments, segment_weight
 from ..sim.program import Program, build_program
 from ..sim.schedule import next_virtual, stage_order
@@ -417,6 +417,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
     """One template per pipeline stage: the nodes every rank of that stage runs."""
     pb = _pb()
     refuse_dualpipe(graph.plan, graph.framework, "the Chakra exporter")
+    refuse_ep_overlap(graph.plan, graph.framework, "the Chakra exporter")
     pricer = pricer or Pricer(graph, profile_for(graph.job.cluster.gpu))
     plan = graph.plan
     p, v, m = plan.pp, plan.vpp, graph.num_microbatches

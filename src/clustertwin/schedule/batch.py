@@ -41,15 +41,15 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copy_bytes, lay
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
-from .step import (OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops, compose_step,
-                   dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, runs_dualpipe, step_bucket,
-                   tp_overlap_chunks)
+from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
+                   compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, runs_dualpipe,
+                   step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
-               "moe_capacity_factor", "first_stage_layers", "last_stage_layers", "pp_schedule")
+               "moe_capacity_factor", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
@@ -319,6 +319,9 @@ class BatchPricer:
         self.etp = plans.fixed.get("etp")
         self.dispatcher = plans.fixed.get("moe_dispatcher") or self.fw.moe_dispatcher
         self.schedule = plans.fixed.get("pp_schedule")      # None: the framework's default where it can run
+        # Megatron-Core's EP all-to-all overlap (combined 1F1B): the plan's, else the framework's default
+        ep_overlap = plans.fixed.get("overlap_ep_comm")
+        self.ep_overlap = self.fw.overlap_ep_comm if ep_overlap is None else bool(ep_overlap)
         # the stack caches Linear inputs in FP8 (hai-llm: DeepSeek-V3 Sec. 3.3.3) under FP8 training
         self.fp8_cache = self.fw.fp8_activation_cache and plans.precision == "fp8"
         self._computes: dict[tuple[int, int], ComputePricer] = {}
@@ -642,6 +645,9 @@ class _Layout:
         # stages are priced one by one and paired (``_partner``)
         self.dualpipe = runs_dualpipe(pricer.schedule, pricer.fw, pp, vpp)
         self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage or self.dualpipe)
+        # Megatron-Core's EP all-to-all overlap where it runs: no pipeline or an interleaved one (Plan refuses
+        # it asked for outright otherwise), never beside DualPipe, which overlaps the all-to-alls itself
+        self.ep_overlap = pricer.ep_overlap and not self.dualpipe and (pp == 1 or vpp > 1)
         # rows of (structure, sp)
         s_rows, sp_rows, ctx_rows = [], [], []
         for i, s in enumerate(ss):
@@ -832,8 +838,10 @@ class _Layout:
                     stage_times = [dualpipe_rank(st, stage_times[self._partner(k)], st.stage)
                                    for k, st in enumerate(stage_times)]
                     params_of = [p_k + params_rows[self._partner(k)] for k, p_k in enumerate(params_rows)]
+                gpu = plans.cluster.gpu
+                ep_overlap = (gpu.sm_count, EP_OVERLAP_COMM_SMS[self.pr.dispatcher]) if self.ep_overlap else None
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_of, m_rows, pp, vpp, opp, odp,
-                                               opg, dp_rows, plans.cluster.gpu.sm_count if self.dualpipe else 0)
+                                               opg, dp_rows, gpu.sm_count if self.dualpipe else 0, ep_overlap)
                 step = sum(breakdown.values())
                 if not isinstance(step, np.ndarray):
                     step = np.array([step])

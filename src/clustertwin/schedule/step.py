@@ -45,6 +45,8 @@ FSDP_PREFETCH_UNITS = value("schedule.fsdp_prefetch_units")
 OVERLAP_SLOWDOWN = value("schedule.overlap_compute_slowdown")
 # DualPipe's all-to-all kernels take this many SMs from the compute they overlap
 DUALPIPE_COMM_SMS = value("schedule.dualpipe_comm_sms")
+# Megatron-Core's EP all-to-all overlap: the SMs its dispatch/combine kernels take, per dispatcher
+EP_OVERLAP_COMM_SMS = {"alltoall": value("schedule.nccl_a2a_comm_sms"), "deepep": value("schedule.deepep_comm_sms")}
 
 
 @dataclass
@@ -372,6 +374,16 @@ def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:
                         "price it with predict, or set schedule=1f1b")
 
 
+def refuse_ep_overlap(plan, framework: FrameworkProfile, what: str) -> None:
+    """``what`` (the discrete-event replay, the trace exporter) builds plain 1F1B schedules, not Megatron-Core's
+    combined 1F1B that overlaps the MoE all-to-alls (``overlap_ep_comm``)."""
+    on = getattr(plan, "overlap_ep_comm", None)
+    on = framework.overlap_ep_comm if on is None else on
+    if on and plan.ep > 1 and (plan.pp == 1 or plan.vpp > 1):
+        raise PlanError("plan.overlap_ep_comm", f"{what} builds plain 1F1B schedules, and this plan overlaps the MoE "
+                        "all-to-alls (Megatron-Core's combined 1F1B)", "price it with predict, or set overlap_ep_comm=0")
+
+
 def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
     """The rank of a DualPipe pipeline that holds stages ``a`` and ``b`` (i and p-1-i; DeepSeek-V3
     Sec. 3.2.1): half of the micro-batches run through each, so per micro-batch it spends the mean of
@@ -387,19 +399,46 @@ def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
     return out
 
 
-def dualpipe_exposed_ep(st: StageTime, sm_count: int):
+def dualpipe_exposed_ep(st: StageTime, sm_count: int, comm_sms: float = DUALPIPE_COMM_SMS):
     """What a micro-batch's dispatch and combine all-to-alls (``ep_s``) add to its compute under
     DualPipe: they run beside the other micro-batch's forward or backward chunk (overlapped
-    forward-backward pairs, DeepSeek-V3 Sec. 3.2.1) on ``DUALPIPE_COMM_SMS`` of the GPU's SMs, so the
-    compute beside them runs on the rest: a pair takes max(C + A s, A) with C its compute, A its
-    all-to-all time and s = comm SMs / SMs (the compute slowed by that share while overlapping)."""
+    forward-backward pairs, DeepSeek-V3 Sec. 3.2.1) on ``comm_sms`` of the GPU's SMs (DualPipe's
+    ``DUALPIPE_COMM_SMS``), so the compute beside them runs on the rest: a pair takes max(C + A s, A)
+    with C its compute, A its all-to-all time and s = comm SMs / SMs (the compute slowed by that share
+    while overlapping)."""
     compute = st.fwd_s + st.bwd_s + st.recompute_s
-    share = DUALPIPE_COMM_SMS / sm_count
+    share = comm_sms / sm_count
     return maximum(st.ep_s * share, st.ep_s - compute)
 
 
+def ep_overlap_unpaired(m, p: int, v: int):
+    """The share of a rank's chunk forwards (and as many backwards) that Megatron-Core's combined 1F1B
+    (--overlap-moe-expert-parallel-comm) runs alone, their all-to-alls exposed: the warm-up forwards
+    and the cool-down backwards have no partner. Without a pipeline the first forward and the last
+    backward ("executed alone, no a2a overlapping", combined_1f1b.py
+    combined_1f1b_schedule_for_no_pipelining): 1 of m. Interleaved, the first stage's warm-up
+    (get_pp_rank_microbatches in schedules.py, core_r0.15): 2(p - 1) + (v - 1) p chunk forwards plus
+    "one extra micro-batch forward step before the 1f1b stages" with the overlap, of m v in all
+    (the first stage's, whose last backward ends the step)."""
+    if p == 1:
+        return minimum(1.0, 1.0 / maximum(m, 1))
+    warmup = 2 * (p - 1) + (v - 1) * p + 1
+    return minimum(1.0, warmup / maximum(m * v, 1))
+
+
+def ep_overlap_exposed_ep(st: StageTime, sm_count: int, comm_sms: float, unpaired):
+    """What a micro-batch's all-to-alls add under Megatron-Core's EP all-to-all overlap: in the
+    steady state one micro-batch's forward and another's backward run layer by layer, each one's
+    dispatch/combine on a communication stream beside the other's attention and MLP
+    (model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run, core_r0.15; the mechanism of
+    DualPipe's chunk pairs, priced by ``dualpipe_exposed_ep`` with the dispatcher's SMs); the
+    ``unpaired`` share (``ep_overlap_unpaired``) runs alone and exposes its all-to-alls whole."""
+    return unpaired * st.ep_s + (1 - unpaired) * dualpipe_exposed_ep(st, sm_count, comm_sms)
+
+
 def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
-                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1, dualpipe_sms: int = 0):
+                 overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1, dualpipe_sms: int = 0,
+                 ep_overlap: tuple[int, float] | None = None):
     """The step of a pipeline from its priced stages: ``classes`` are the distinct stages (each a
     StageTime, ``stage`` its first index, in order), ``stage_class[i]`` the class of stage i.
     Returns (breakdown, index of the critical class). Works on floats (predict) and on arrays of
@@ -410,9 +449,17 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     (``dualpipe_rank``): the all-to-alls overlap the paired chunk's compute (``dualpipe_exposed_ep``)
     and the bubble is (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 Table 2), F&B the time of an overlapped
     forward-backward pair (one micro-batch's time here), B a backward chunk with its recomputation
-    and W its weight-gradient GEMMs, each the mean over the ranks."""
+    and W its weight-gradient GEMMs, each the mean over the ranks.
+
+    ``ep_overlap`` ((the GPU's SM count, the SMs the all-to-all kernels take); None: off): Megatron-Core's
+    EP all-to-all overlap (combined 1F1B, ``ep_overlap_exposed_ep``). The pipeline's fill and drain run
+    unpaired chunks, so the bubble is priced with the all-to-alls exposed."""
     if dualpipe_sms:
         exposed_ep = [dualpipe_exposed_ep(c, dualpipe_sms) for c in classes]
+        per_mb = [c.per_microbatch_s - c.ep_s + e for c, e in zip(classes, exposed_ep)]
+    elif ep_overlap:
+        unpaired = ep_overlap_unpaired(m, p, v)
+        exposed_ep = [ep_overlap_exposed_ep(c, ep_overlap[0], ep_overlap[1], unpaired) for c in classes]
         per_mb = [c.per_microbatch_s - c.ep_s + e for c, e in zip(classes, exposed_ep)]
     else:
         exposed_ep = [c.ep_s for c in classes]
@@ -449,6 +496,8 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
             b_mean = b_mean + (c.bwd_s + c.recompute_s) / p
             w_mean = w_mean + c.wgrad_s / p
         bubble = maximum(0.0, (p / 2 - 1) * (mean + b_mean - 3 * w_mean))
+    elif ep_overlap:   # fill and drain: forwards and backwards without a partner, all-to-alls exposed
+        bubble = (p - 1) / v * sum(classes[stage_class[i]].per_microbatch_s for i in range(p)) / p
     else:
         bubble = (p - 1) / v * mean
 

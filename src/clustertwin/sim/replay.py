@@ -32,7 +32,7 @@ from typing import Iterator
 from ..cost.profile import HardwareProfile
 from ..calibrate.profile import profile_for
 from ..errors import PlanError
-from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle, refuse_dualpipe
+from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle, refuse_dualpipe, refuse_ep_overlap
 from ..specs import TrainingJob
 from ..workload.graph import WorkloadGraph, build_graph
 from ..workload.ops import Op
@@ -523,6 +523,7 @@ def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, 
     graph = job if isinstance(job, WorkloadGraph) else build_graph(job)
     job = graph.job
     refuse_dualpipe(graph.plan, graph.framework, "the discrete-event replay")
+    refuse_ep_overlap(graph.plan, graph.framework, "the discrete-event replay")
     n = job.cluster.num_gpus
     if slow_rank is not None:
         if not 0 <= slow_rank < n:

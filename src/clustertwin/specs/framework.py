@@ -126,6 +126,14 @@ class FrameworkProfile:
     # pipeline schedule when the plan does not say: "1f1b" (interleaved with vpp > 1) or "dualpipe"
     # (DeepSeek-V3 Sec. 3.2.1: bidirectional, overlapped forward-backward chunk pairs)
     pp_schedule: str = "1f1b"
+    # MoE all-to-all hidden under another micro-batch's compute when the plan does not say: Megatron-Core's
+    # --overlap-moe-expert-parallel-comm ("EP A2A overlap", core_v0.14.0 and later: combined 1F1B schedule,
+    # megatron/core/pipeline_parallel/combined_1f1b.py; the forward of one micro-batch and the backward of
+    # another run layer by layer, each one's dispatch/combine on a communication stream beside the other's
+    # attention/MLP, model_chunk_schedule_plan.py TransformerLayerSchedulePlan.run). Off by default in
+    # Megatron-Core (model_parallel_config.py) and in every stack here; recipes turn it on (Megatron-Bridge
+    # scripts/performance moe_a2a_overlap), so a run states it (plan overlap_ep_comm, CSV column ep_overlap)
+    overlap_ep_comm: bool = False
     # which plans it can run (module docstring; parallel/rules.py checks them)
     capabilities: Capabilities = Capabilities()
     # what a run of this stack does when its description is silent (validate states it as an assumption)

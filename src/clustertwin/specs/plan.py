@@ -63,6 +63,10 @@ class Plan(Frozen):
     overlap_param_gather: bool | None = Field(None, description="ZeRO/FSDP parameter all-gather overlapped with compute")
     overlap_tp_comm: bool | None = Field(None, description="TP collectives overlapped with GEMMs (userbuffers)")
     overlap_pp_comm: bool | None = Field(None, description="pipeline send/recv overlapped with compute")
+    overlap_ep_comm: bool | None = Field(
+        None, description="MoE dispatch/combine all-to-alls hidden under another micro-batch's compute (Megatron-Core "
+                          "--overlap-moe-expert-parallel-comm: combined 1F1B, interleaved when pp > 1; not with "
+                          "DualPipe, which overlaps them itself, nor with full recomputation); None = framework default")
 
     @field_validator("zero_stage", mode="before")
     @classmethod
@@ -71,7 +75,8 @@ class Plan(Frozen):
             return 3
         return v
 
-    @field_validator("sp", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm", mode="before")
+    @field_validator("sp", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
+                     "overlap_ep_comm", mode="before")
     @classmethod
     def _bool(cls, v):
         return _to_bool(v)
@@ -83,6 +88,25 @@ class Plan(Frozen):
                 raise PlanError("plan.pp_schedule", f"DualPipe puts stages i and pp-1-i on one rank and is not "
                                 f"interleaved (pp={self.pp}, vpp={self.vpp})",
                                 "choose an even pp with vpp=1, or schedule=1f1b")
+        return self
+
+    @model_validator(mode="after")
+    def _ep_overlap(self):
+        # Megatron-Core's checks (transformer_config.py __post_init__, core_r0.15): "If enabling EP A2A overlap,
+        # virtual_pipeline_model_parallel_size must be specified when pipeline_model_parallel_size > 1" (the
+        # combined 1F1B exists in the interleaved and the no-pipelining schedules only) and "disable full
+        # recomputation when enabling overlap_moe_expert_parallel_comm"
+        if self.overlap_ep_comm:
+            if self.pp > 1 and self.vpp == 1:
+                raise PlanError("plan.overlap_ep_comm", f"Megatron-Core overlaps the MoE all-to-all only in the "
+                                f"interleaved schedule when pp > 1 (pp={self.pp}, vpp=1)",
+                                "set vpp > 1, or overlap_ep_comm=0")
+            if self.pp_schedule == "dualpipe":
+                raise PlanError("plan.overlap_ep_comm", "DualPipe already overlaps the MoE all-to-all",
+                                "leave overlap_ep_comm out with schedule=dualpipe")
+            if self.recompute == "full":
+                raise PlanError("plan.overlap_ep_comm", "Megatron-Core refuses the all-to-all overlap with full "
+                                "recomputation", "use recompute=selective or none, or overlap_ep_comm=0")
         return self
 
     @property
@@ -295,7 +319,7 @@ def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
 # plan fields a search may hold fixed (the rest of a plan is set by the job: precision, global batch)
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule")
+           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm")
 
 
 def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:

@@ -277,6 +277,11 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["pp_schedule"] = schedule
     elif pp > 1 and fw.pp_schedule != "1f1b":
         notes.append(f"pipeline schedule unknown: {fw.pp_schedule} ({framework} default)")
+    ep_overlap = _bool(r, "ep_overlap")
+    if ep_overlap is not None:
+        fields["overlap_ep_comm"] = ep_overlap
+    elif model.is_moe and (_int(r, "ep", 1) or 1) > 1:
+        notes.append(f"EP all-to-all overlap unknown: {'on' if fw.overlap_ep_comm else 'off'} ({framework} default)")
     overlap = _bool(r, "dp_overlap")
     if overlap is not None:
         fields["overlap_dp_comm"] = overlap
