@@ -12,6 +12,7 @@ from clustertwin.constants import CONSTANTS, group, value
 from clustertwin.cost import power as pw
 from clustertwin.cost.compute import ComputePricer
 from clustertwin.cost.profile import ARCH_PROFILES, assumed_fields, profile_assumption
+from clustertwin.errors import SpecError
 from clustertwin.specs.framework import get_framework
 from clustertwin.validate.runs import MeasuredRow, job_from_row
 from clustertwin.workload.ops import Op, OpKind, Phase
@@ -103,14 +104,20 @@ def test_b200_hbm_and_nvlink_are_the_measured_figures():
     assert ARCH_PROFILES["blackwell"].nvlink_efficiency <= ARCH_PROFILES["hopper"].nvlink_efficiency
 
 
-def test_b200_reference_clock_is_the_datasheet_peak_clock():
-    """2.25 PFLOP/s = 148 SMs x 8192 FLOP/clock x f: f = 1.856 GHz; a locked clock below it slows GEMMs in
-    proportion (the efficiencies hold the sustained 1,580 MHz at 1,000 W already)."""
+def test_b200_reference_clock_is_the_sustained_clock():
+    """The efficiencies hold the sustained 1,580 MHz at 1,000 W (below the 1,856 MHz the datasheet's
+    2.25 PFLOP/s implies: 148 SMs x 8192 FLOP/clock), so --clock refers to it: at it nothing changes, a
+    locked clock below it slows GEMMs in proportion, and a clock above it is refused."""
     b200 = load_gpu("b200")
-    assert value("power.reference_clock_mhz.b200") * 1e6 * 148 * 8192 == pytest.approx(2.25e15, rel=0.001)
-    locked = pw.with_power(b200, clock_hz=1.392e9)
+    assert value("power.reference_clock_mhz.b200") == 1580
+    assert b200.peak("bf16") == pytest.approx(1.856e9 * 148 * 8192, rel=0.001)
     op = gemm("g", 8192, 8192, 8192, "bf16", 2)
-    assert _pricer(locked).gemm_time(op) == pytest.approx(_pricer(b200).gemm_time(op) * 1856 / 1392, rel=1e-6)
+    same = pw.with_power(b200, clock_hz=1.58e9)
+    assert _pricer(same).gemm_time(op) == pytest.approx(_pricer(b200).gemm_time(op), rel=1e-9)
+    locked = pw.with_power(b200, clock_hz=1.185e9)
+    assert _pricer(locked).gemm_time(op) == pytest.approx(_pricer(b200).gemm_time(op) * 1580 / 1185, rel=1e-6)
+    with pytest.raises(SpecError):
+        pw.with_power(b200, clock_hz=1.856e9)
 
 
 def test_a_b200_prediction_says_what_is_assumed():

@@ -807,18 +807,20 @@ _POWER: list[Constant] = [
     Constant("power.reference_clock_mhz.h100-pcie", 1620, "MHz",
              _PEAK_CLOCK.format(flops="4096", arch="Hopper") + ": 756.5 TFLOP/s / (114 x 4096) = 1.62 GHz",
              "--clock: the SM clock the datasheet peaks refer to"),
-    Constant("power.reference_clock_mhz.b200", 1856, "MHz",
-             "the clock the datasheet's dense BF16 peak implies: 2.25 PFLOP/s / (148 SMs x 8192 dense BF16 tensor "
-             "FLOP per clock per SM on sm100, NVIDIA/cudnn-frontend benchmarks' _FLOPS_PER_CLOCK_PER_SM) = 1.856 "
-             "GHz; the boost clock is 1,965 MHz and sustained tensor load at 1,000 W holds ~1,580 MHz "
-             "(flashinfer-ai/flashinfer#2899), which the profile's sustained efficiencies include",
-             "--clock: the SM clock the datasheet peaks (and the profile's efficiencies) refer to"),
-    Constant("power.reference_clock_mhz.mi300x", 2100, "MHz",
-             "the clock the datasheet's dense BF16 peak implies: 1,307.4 TFLOP/s / (304 CUs x 2,048 dense BF16 "
-             "matrix FLOP per clock per CU on CDNA 3) = 2.1 GHz, the MI300X peak engine clock (AMD MI300X data "
-             "sheet); dense GEMMs at 750 W hold a median 1,207 MHz (BF16) to 1,230 MHz (FP8) (ROCm blogs, "
-             "'Measuring Max-Achievable FLOPs - Part 2', 2025), which the profile's sustained efficiencies include",
-             "--clock: the engine clock the datasheet peaks (and the profile's efficiencies) refer to"),
+    Constant("power.reference_clock_mhz.b200", 1580, "MHz",
+             "the clock the profile's sustained efficiencies refer to: sustained tensor load at 1,000 W holds "
+             "~1,580 MHz (flashinfer-ai/flashinfer#2899; the boost clock is 1,965 MHz, and the datasheet's dense "
+             "BF16 peak implies 1,856 MHz: 2.25 PFLOP/s / (148 SMs x 8192 dense BF16 tensor FLOP per clock per SM "
+             "on sm100, NVIDIA/cudnn-frontend benchmarks' _FLOPS_PER_CLOCK_PER_SM)); a locked clock slows work "
+             "from there, and no clock above it is reachable at the rated power",
+             "--clock: the SM clock the profile's sustained efficiencies refer to (the highest --clock accepted)"),
+    Constant("power.reference_clock_mhz.mi300x", 1207, "MHz",
+             "the clock the profile's sustained efficiencies refer to: dense BF16 GEMMs at 750 W hold a median "
+             "1,207 MHz (FP8 1,230 MHz) (ROCm blogs, 'Measuring Max-Achievable FLOPs - Part 2', 2025), against "
+             "the 2.1 GHz peak engine clock the datasheet's dense BF16 peak implies (1,307.4 TFLOP/s / (304 CUs x "
+             "2,048 dense BF16 matrix FLOP per clock per CU on CDNA 3); AMD MI300X data sheet); a locked clock "
+             "slows work from there, and no clock above it is reachable at the rated power",
+             "--clock: the engine clock the profile's sustained efficiencies refer to (the highest --clock accepted)"),
     Constant("power.static_fraction", 0.2, "fraction of TDP",
              "assumed: power a busy-waiting GPU draws at its clocks without tensor or memory work (leakage at "
              "operating temperature, HBM refresh, board), 80 W of an A100's 400 W; Perseus (Chung et al., "
