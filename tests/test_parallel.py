@@ -81,6 +81,7 @@ CASES: dict[str, tuple[JobFacts, list[tuple[PlanFacts, bool]]]] = {
                         (PlanFacts(1, pp=33), True)]),
     "cp_seq_len": (J, [(PlanFacts(1, cp=2), False), (PlanFacts(1, cp=3), True)]),
     "ep_dense": (DENSE, [(PlanFacts(1, ep=2), True), (PlanFacts(1), False)]),
+    "ep_overlap_dense": (DENSE, [(PlanFacts(1, overlap_ep=True), True), (PlanFacts(1), False)]),
     "ep_experts": (J, [(PlanFacts(1, ep=8), False), (PlanFacts(1, ep=3), True), (PlanFacts(1, ep=16), True)]),
     "etp_expert_width": (J, [(PlanFacts(8, ep=2), False), (PlanFacts(3, ep=2), True), (PlanFacts(3, ep=1), False),
                              (PlanFacts(3, ep=2, etp=1), False)]),

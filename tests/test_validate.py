@@ -182,3 +182,20 @@ def test_a_row_whose_memory_does_not_fit_is_marked(tmp_path, capsys):
     assert main(["validate", str(p)]) == 0
     out = capsys.readouterr().out
     assert "not to fit in GPU memory" in out and "predicted not to fit in GPU memory: 1" in out
+
+
+def test_a_yes_no_cell_that_is_neither_fails_its_row_only(tmp_path):
+    """ep_overlap=maybe is refused with the column named, never read as false; the other rows are predicted."""
+    import csv as _csv
+    src = Path(__file__).resolve().parents[1] / "data" / "validation" / "moe_public_runs.csv"
+    rows = list(_csv.DictReader(src.open()))[:3]
+    rows[0]["ep_overlap"] = "maybe"
+    out = tmp_path / "runs.csv"
+    with out.open("w", newline="") as f:
+        w = _csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    report = validate_rows(read_runs(out))
+    failed = [r for r in report.rows if r.predicted is None]
+    assert len(report.rows) == 3 and len(failed) == 1
+    assert "ep_overlap" in failed[0].reason and "maybe" in failed[0].reason

@@ -114,6 +114,7 @@ class PlanFacts:
     last_stage_layers: int | None = None
     precision: Any = None      # None: not known (the search checks it once, for the whole job)
     dualpipe: Any = False      # the plan asks for DualPipe outright (pp_schedule=dualpipe)
+    overlap_ep: Any = False    # the plan asks for the MoE all-to-all overlap outright (overlap_ep_comm=1)
 
     @property
     def expert_tp(self) -> Any:
@@ -127,7 +128,8 @@ class PlanFacts:
                    overlap_tp=plan.overlap_tp_comm is True, sp=bool(plan.sp),
                    first_stage_layers=plan.first_stage_layers,
                    last_stage_layers=plan.last_stage_layers, precision=plan.precision,
-                   dualpipe=getattr(plan, "pp_schedule", None) == "dualpipe")
+                   dualpipe=getattr(plan, "pp_schedule", None) == "dualpipe",
+                   overlap_ep=getattr(plan, "overlap_ep_comm", None) is True)
 
 
 def tp_overlap_possible(tp: Any, gpus_per_node: int, sp: Any = True) -> Any:
@@ -250,6 +252,10 @@ RULES: tuple[Rule, ...] = (
     Rule("ep_dense", "experts", "expert parallelism for a model without experts",
          lambda j, p: (p.ep > 1) & (j.experts == 0),
          lambda j, p: ("plan.ep", f"ep={p.ep} but {j.model} has no experts", "set ep=1 for a dense model")),
+    Rule("ep_overlap_dense", "experts", "the MoE all-to-all overlap asked for a model without experts",
+         lambda j, p: p.overlap_ep & (j.experts == 0),
+         lambda j, p: ("plan.overlap_ep_comm", f"{j.model} has no experts, so there is no all-to-all to overlap",
+                       "leave overlap_ep_comm out for a dense model")),
     Rule("ep_experts", "experts", "ep does not divide the experts",
          lambda j, p: (p.ep > 1) & (j.experts % p.ep != 0),
          lambda j, p: ("plan.ep", f"{p.ep} does not divide the {j.experts} experts",

@@ -72,11 +72,18 @@ def _int(r: dict, key: str, default: int | None = None) -> int | None:
         raise DataError(key, f"{v!r} is not a number", "fix the cell or leave it empty") from None
 
 
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
 def _bool(r: dict, key: str) -> bool | None:
+    """A yes/no cell: empty is unknown (None); anything but 1/0, true/false, yes/no is refused, never read
+    as false."""
     v = (r.get(key) or "").strip().lower()
     if v == "":
         return None
-    return v in ("1", "true", "yes")
+    if v not in _TRUE + _FALSE:
+        raise DataError(key, f"{v!r} is not a yes/no value", "write 1 or 0 (true/false, yes/no), or leave it empty")
+    return v in _TRUE
 
 
 # Empty model cells: what a row of each arch most likely had (stated with the row when used).
