@@ -168,7 +168,7 @@ class NodeSpec(Frozen):
         "set of peers with its whole link) or 'full-mesh' (AMD xGMI: one link to each peer, so a group of g GPUs uses "
         "g - 1 of them); None: full-mesh for xgmi, switch otherwise")
     scaleup_links_per_gpu: int | None = Field(
-        None, gt=0, le=1024, description="full-mesh: links per GPU, each carrying scaleup_bandwidth / links; None: "
+        None, gt=0, le=64, description="full-mesh: links per GPU, each carrying scaleup_bandwidth / links; None: "
         "gpus_per_node - 1 (one to each peer)")
     nics_per_node: int = Field(8, gt=0, le=64)
     nic_bandwidth_bytes_per_s: float = Field(gt=0, description="per NIC, one direction")
