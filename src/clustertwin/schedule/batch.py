@@ -34,7 +34,7 @@ from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at,
                               tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
-from ..specs.plan import Plan
+from ..specs.plan import Plan, ep_overlap_layout
 from ..workload.graph import (StageParams, dp_collectives, fsdp2_copy_bytes, layer_context, optimizer_traffic,
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
@@ -647,7 +647,7 @@ class _Layout:
         self.classes, self.stage_class = pricer.layout(pp, vpp, every_stage or self.dualpipe)
         # Megatron-Core's EP all-to-all overlap where it runs: no pipeline or an interleaved one (Plan refuses
         # it asked for outright otherwise), never beside DualPipe, which overlaps the all-to-alls itself
-        self.ep_overlap = pricer.ep_overlap and not self.dualpipe and (pp == 1 or vpp > 1)
+        self.ep_overlap = pricer.ep_overlap and not self.dualpipe and ep_overlap_layout(pp, vpp)
         # rows of (structure, sp)
         s_rows, sp_rows, ctx_rows = [], [], []
         for i, s in enumerate(ss):

@@ -27,6 +27,7 @@ from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
 from ..specs.hardware import ClusterSpec
+from ..specs.plan import ep_overlap_layout
 from ..workload.graph import WorkloadGraph
 from ..workload.ops import Op, OpKind, Phase, is_score_gemm
 from ..workload.transformer import LAST_STEP_CP
@@ -379,7 +380,7 @@ def refuse_ep_overlap(plan, framework: FrameworkProfile, what: str) -> None:
     combined 1F1B that overlaps the MoE all-to-alls (``overlap_ep_comm``)."""
     on = getattr(plan, "overlap_ep_comm", None)
     on = framework.overlap_ep_comm if on is None else on
-    if on and plan.ep > 1 and (plan.pp == 1 or plan.vpp > 1):
+    if on and plan.ep > 1 and ep_overlap_layout(plan.pp, plan.vpp):
         raise PlanError("plan.overlap_ep_comm", f"{what} builds plain 1F1B schedules, and this plan overlaps the MoE "
                         "all-to-alls (Megatron-Core's combined 1F1B)", "price it with predict, or set overlap_ep_comm=0")
 

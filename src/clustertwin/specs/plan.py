@@ -20,6 +20,14 @@ Recompute = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 
 
+
+def ep_overlap_layout(pp: int, vpp: int) -> bool:
+    """Whether Megatron-Core's combined 1F1B (the MoE all-to-all overlap, ``overlap_ep_comm``) can run on
+    this pipeline: without pipelining, or interleaved (transformer_config.py, core_r0.15: "virtual_pipeline_
+    model_parallel_size must be specified when pipeline_model_parallel_size > 1"). One predicate for the
+    plan's check and the pricing."""
+    return pp == 1 or vpp > 1
+
 class Plan(Frozen):
     tp: int = Field(1, gt=0, le=1024, description="tensor parallel size")
     pp: int = Field(1, gt=0, le=4096, description="pipeline stages")
@@ -97,7 +105,7 @@ class Plan(Frozen):
         # combined 1F1B exists in the interleaved and the no-pipelining schedules only) and "disable full
         # recomputation when enabling overlap_moe_expert_parallel_comm"
         if self.overlap_ep_comm:
-            if self.pp > 1 and self.vpp == 1:
+            if not ep_overlap_layout(self.pp, self.vpp):
                 raise PlanError("plan.overlap_ep_comm", f"Megatron-Core overlaps the MoE all-to-all only in the "
                                 f"interleaved schedule when pp > 1 (pp={self.pp}, vpp=1)",
                                 "set vpp > 1, or overlap_ep_comm=0")
