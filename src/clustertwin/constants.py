@@ -1001,8 +1001,8 @@ _SGL_LLAMA = ("SGLang python/sglang/srt/models/llama.py LlamaDecoderLayer.forwar
 _TRT_LLAMA = ("TensorRT-LLM tensorrt_llm/models/llama/model.py LLaMADecoderLayer.forward (v0.8-v0.17, "
               "TensorRT backend): input_layernorm, Attention (fused QKV GEMM; gpt_attention plugin: "
               "QKV preprocessing kernel (RoPE + paged KV write) then the XQA/MMHA generation kernel), "
-              "dense GEMM, post_layernorm, FusedGatedMLP (one gate+fc GEMM, swiglu, proj; trtllm-build "
-              "--use_fused_mlp default enable), proj GEMM; residual adds fused into the next norm by "
+              "dense GEMM, post_layernorm, FusedGatedMLP (tensorrt_llm/plugin/plugin.py PluginConfig use_fused_mlp default True: 'combines "
+              "two Matmul operations into a single one followed by a separate SwiGLU kernel'), proj GEMM; residual adds fused into the next norm by "
               "TensorRT's pointwise fusion (assumed: the engine's fusion is not in the source)")
 _SERVE_KERNELS = [
     Constant("serve.kernels.vllm.dense_layer", 10, "kernels", _VLLM_LLAMA + ": 10 kernels at tp = 1",
@@ -1014,7 +1014,7 @@ _SERVE_KERNELS = [
     *[Constant(f"serve.kernels.{e}.tp_layer", 2, "kernels",
                f"{src}: two tensor-parallel all-reduces per layer (after o_proj and down_proj), each one "
                "custom all-reduce kernel (vLLM/SGLang custom_all_reduce one-shot/two-shot; TensorRT-LLM "
-               "allreduce plugin; fused AR+norm is opt-in: --reduce_fusion, default disable in 0.14-0.17)",
+               "allreduce plugin; fused AR+norm is opt-in: trtllm-build --reduce_fusion, default disable in 0.14-0.17)",
                "serving step overhead: kernels a layer adds at tp > 1")
       for e, src in (("vllm", _VLLM_LLAMA), ("sglang", _SGL_LLAMA), ("trtllm", _TRT_LLAMA))],
     *[Constant(f"serve.kernels.{e}.moe_layer", 4, "kernels",
