@@ -468,3 +468,42 @@ def test_residuals_table_prints_signed_groups(tmp_path):
     text = mod.residuals(root / "tests" / "data" / "serving_runs_small.csv")
     assert "## throughput by metric" in text and "## latency by load" in text
     assert "| bias |" in text and ("| +" in text or "| -" in text)
+
+
+# ---- kernels per layer, counted per engine ----------------------------------------------------------
+def test_kernel_counts_per_engine_are_the_counted_layers():
+    """A dense Llama layer at tp 1: vLLM 10, SGLang 11, TensorRT-LLM 9 kernels; plus 8 per step."""
+    from clustertwin.constants import group
+    for engine, per_layer in (("vllm", 10), ("sglang", 11), ("trtllm", 9)):
+        p = StepPricer(setup(engine=get_engine(engine)))
+        kc = group(f"serve.kernels.{engine}")
+        assert p.kernels == 32 * per_layer + kc["per_step"]
+
+
+def test_tensor_parallel_adds_two_all_reduce_kernels_per_layer():
+    one = StepPricer(setup(model="llama3-70b", n=8, engine=get_engine("trtllm")))
+    tp = StepPricer(setup(model="llama3-70b", n=8, tp=8, engine=get_engine("trtllm")))
+    assert tp.kernels - one.kernels == 2 * 80
+
+
+def test_moe_and_mla_layers_launch_more_kernels_than_dense():
+    from clustertwin.constants import group
+    kc = group("serve.kernels.vllm")
+    p = StepPricer(setup(model="deepseek-v3", gpu="h200", n=8, tp=8, precision="fp8"))
+    m = p.s.model
+    per_layer = kc["dense_layer"] + kc["tp_layer"] + kc["mla_layer"] + kc["fp8_layer"]
+    assert p.kernels == m.num_layers * per_layer + m.num_moe_layers * kc["moe_layer"] + kc["per_step"]
+
+
+def test_split_kv_combine_kernel_only_on_small_decode_batches():
+    """vLLM/SGLang launch a combine kernel per layer when a decode batch leaves SMs idle; TensorRT-LLM's
+    multi-block attention merges in-kernel; a prefill step or a full batch launches none."""
+    v = StepPricer(setup(engine=get_engine("vllm")))
+    assert v.kernel_count(1) == v.kernels + 32
+    assert v.kernel_count(4096) == v.kernels
+    assert v.kernel_count(1, prefill=True) == v.kernels
+    t = StepPricer(setup(engine=get_engine("trtllm")))
+    assert t.kernel_count(1) == t.kernels
+    # the overhead is the gaps of the counted kernels plus the engine's host time (CUDA graph decode)
+    c = v.price(decode_seqs=1, decode_context=1000)
+    assert c.overhead_s == pytest.approx(v.kernel_count(1) * 1e-6 + v.s.engine.step_overhead_s)

@@ -989,8 +989,103 @@ _MOE: list[Constant] = [
              "host time of the router/top-k/aux-loss backward of a MoE layer"),
 ]
 
+
+# ---- serving: kernels per decoder layer and per step, counted in each engine's model code ----------
+_VLLM_LLAMA = ("vLLM vllm/model_executor/models/llama.py LlamaDecoderLayer.forward (v0.6-v0.7 tags): "
+               "input_layernorm (ops.fused_add_rms_norm; plain rms_norm on layer 0), qkv_proj, rotary_emb "
+               "(ops.rotary_embedding), Attention: reshape_and_cache_flash + flash_attn_with_kvcache "
+               "(FlashAttentionImpl), o_proj, post_attention_layernorm (fused_add_rms_norm), gate_up_proj, "
+               "act_fn (ops.silu_and_mul), down_proj")
+_SGL_LLAMA = ("SGLang python/sglang/srt/models/llama.py LlamaDecoderLayer.forward (v0.4 tags): the same "
+              "layer as vLLM's (fused_add_rmsnorm, qkv_proj, rotary_emb, o_proj, gate_up_proj, silu_and_mul, "
+              "down_proj) with RadixAttention; the KV write is MHATokenToKVPool.set_kv_buffer, two index "
+              "stores (k_buffer[loc] = k, v_buffer[loc] = v), then the FlashInfer decode kernel")
+_TRT_LLAMA = ("TensorRT-LLM tensorrt_llm/models/llama/model.py LLaMADecoderLayer.forward (v0.8-v0.17, "
+              "TensorRT backend): input_layernorm, Attention (fused QKV GEMM; gpt_attention plugin: "
+              "QKV preprocessing kernel (RoPE + paged KV write) then the XQA/MMHA generation kernel), "
+              "dense GEMM, post_layernorm, FusedGatedMLP (tensorrt_llm/plugin/plugin.py PluginConfig use_fused_mlp default True: 'combines "
+              "two Matmul operations into a single one followed by a separate SwiGLU kernel'), proj GEMM; residual adds fused into the next norm by "
+              "TensorRT's pointwise fusion (assumed: the engine's fusion is not in the source)")
+_SERVE_KERNELS = [
+    Constant("serve.kernels.vllm.dense_layer", 10, "kernels", _VLLM_LLAMA + ": 10 kernels at tp = 1",
+             "serving step overhead: inter-kernel gaps per dense layer (vLLM)"),
+    Constant("serve.kernels.sglang.dense_layer", 11, "kernels", _SGL_LLAMA + ": 11 kernels at tp = 1",
+             "serving step overhead: inter-kernel gaps per dense layer (SGLang)"),
+    Constant("serve.kernels.trtllm.dense_layer", 9, "kernels", _TRT_LLAMA + ": 9 kernels at tp = 1",
+             "serving step overhead: inter-kernel gaps per dense layer (TensorRT-LLM)"),
+    *[Constant(f"serve.kernels.{e}.tp_layer", 2, "kernels",
+               f"{src}: two tensor-parallel all-reduces per layer (after o_proj and down_proj), each one "
+               "custom all-reduce kernel (vLLM/SGLang custom_all_reduce one-shot/two-shot; TensorRT-LLM "
+               "allreduce plugin; fused AR+norm is opt-in: trtllm-build --reduce_fusion, default disable in 0.14-0.17)",
+               "serving step overhead: kernels a layer adds at tp > 1")
+      for e, src in (("vllm", _VLLM_LLAMA), ("sglang", _SGL_LLAMA), ("trtllm", _TRT_LLAMA))],
+    *[Constant(f"serve.kernels.{e}.moe_layer", 4, "kernels",
+               "vLLM vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts (v0.6-v0.7; SGLang v0.4 "
+               "vendors the same Triton path): the dense MLP's 3 kernels become router GEMM, topk_softmax, "
+               "moe_align_block_size, fused_moe_kernel (w13), silu_and_mul, fused_moe_kernel (w2), moe_sum: "
+               "7, so 4 more; TensorRT-LLM's MoE plugin runs routing, permute, two grouped GEMMs, "
+               "activation and finalize (assumed the same +4)",
+               "serving step overhead: kernels a MoE layer adds over a dense one")
+      for e in ("vllm", "sglang", "trtllm")],
+    *[Constant(f"serve.kernels.{e}.mla_layer", 6, "kernels",
+               "vLLM vllm/model_executor/models/deepseek_v2.py DeepseekV2MLAAttention (v0.7.3) against a GQA "
+               "layer: separate q_a_proj and kv_a_proj_with_mqa GEMMs (+1), q_a_layernorm and kv_a_layernorm "
+               "(+2), q_b_proj (+1), the absorbed W_UK and W_UV batched GEMMs around the latent decode "
+               "kernel (+2); SGLang v0.4 deepseek_v2.py forward_absorb and TensorRT-LLM's DeepSeek path "
+               "assumed alike",
+               "serving step overhead: kernels an MLA layer adds over a GQA one")
+      for e in ("vllm", "sglang", "trtllm")],
+    Constant("serve.kernels.vllm.fp8_layer", 4, "kernels",
+             "vLLM Fp8LinearMethod.apply -> apply_fp8_linear (v0.6-v0.7 "
+             "vllm/model_executor/layers/quantization/utils/w8a8_utils.py): ops.scaled_fp8_quant of the input "
+             "before each of qkv, o, gate_up and down GEMMs",
+             "serving step overhead: kernels an FP8 layer adds (vLLM)"),
+    Constant("serve.kernels.sglang.fp8_layer", 4, "kernels",
+             "SGLang v0.4 imports vLLM's Fp8LinearMethod (apply_fp8_linear: one input quantization per GEMM)",
+             "serving step overhead: kernels an FP8 layer adds (SGLang)"),
+    Constant("serve.kernels.trtllm.fp8_layer", 0, "kernels",
+             "TensorRT-LLM FP8 checkpoints carry per-tensor activation scales; the quantize nodes fold into the "
+             "norm and activation kernels (TensorRT Q/DQ fusion, TensorRT developer guide 'Working with "
+             "Quantized Types')",
+             "serving step overhead: kernels an FP8 layer adds (TensorRT-LLM)"),
+    *[Constant(f"serve.kernels.{e}.attn_split", 1, "kernels", src,
+               "serving step overhead: kernels a layer adds when decode attention splits the KV length")
+      for e, src in (
+          ("vllm", "flash-attention csrc flash_api.cpp (vLLM's vllm-flash-attn fork, v2): "
+                   "num_splits_heuristic splits the KV length when batch x kv-heads blocks fill under "
+                   "80% of the SMs and then launches flash_fwd_splitkv_combine_kernel after the split kernel"),
+          ("sglang", "FlashInfer BatchDecodeWithPagedKVCache (v0.1.x/0.2): split-KV when the batch leaves SMs "
+                     "idle, then VariableLengthMergeStates, a second kernel"))],
+    Constant("serve.kernels.trtllm.attn_split", 0, "kernels",
+             "TensorRT-LLM decoderMaskedMultiheadAttentionTemplate.h (multi_block_mode): the blocks of one "
+             "sequence merge their partial softmax inside the same kernel (the last block, counted with a "
+             "cuda::atomic, reduces), and XQA's multi-block mode merges in-kernel with semaphores: no second "
+             "kernel",
+             "serving step overhead: kernels a layer adds when decode attention splits the KV length"),
+    Constant("serve.attn_split_fill", 0.8, "fraction",
+             "flash-attention csrc flash_api.cpp num_splits_heuristic: one split once batch x heads x "
+             "m-blocks reach 80% of the SMs",
+             "serving step overhead: decode batches below this SM fill launch the split-KV combine kernel"),
+    Constant("serve.kernels.vllm.per_step", 8, "kernels",
+             "vLLM LlamaForCausalLM (v0.6-v0.7): embed_tokens, final norm, last-token index_select "
+             "(LogitsProcessor._prune_hidden_states), lm_head, logits float cast, sampler softmax, "
+             "log_softmax and argmax/multinomial (vllm/model_executor/layers/sampler.py)",
+             "serving step overhead: kernels outside the layers per step (vLLM)"),
+    Constant("serve.kernels.sglang.per_step", 8, "kernels",
+             "SGLang v0.4 LlamaForCausalLM and LogitsProcessor: embed_tokens, final norm, last-token gather, "
+             "lm_head, float cast; Sampler: softmax, top-k/top-p sampling from probs (flashinfer) or argmax, "
+             "and the next-token write",
+             "serving step overhead: kernels outside the layers per step (SGLang)"),
+    Constant("serve.kernels.trtllm.per_step", 8, "kernels",
+             "TensorRT-LLM LLaMAForCausalLM: vocab_embedding, ln_f, gather_last_token_logits, lm_head; the "
+             "batch manager's decoder: softmax/top-k sampling (samplingTopKKernels.cu: two stages), stop "
+             "criteria and sequence-length update (assumed one kernel each)",
+             "serving step overhead: kernels outside the layers per step (TensorRT-LLM)"),
+]
+
 CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
-                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS, *_TORCH_STACK, *_MOE)
+                                   *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS, *_TORCH_STACK, *_MOE,
+                                   *_SERVE_KERNELS)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

@@ -62,6 +62,8 @@ ENGINES: dict[str, EngineProfile] = {
             "'vLLM v0.6.0: 2.7x throughput', which cut it by overlapping); no per-step figure for V1 found",
             "non_torch 2 GiB: assumed: CUDA context, NCCL buffers and captured CUDA graphs, as vLLM's startup log "
             "reports them (order of 1-3 GiB); not a published constant",
+            "kernels per layer and per step: constants serve.kernels.vllm.* (counted in models/llama.py, "
+            "v0.6-v0.7)",
             "admission: a request is admitted when its next chunk's blocks are free (nothing reserved for its "
             "output); when the cache runs out the newest request is preempted and recomputed (vLLM docs, "
             "'Preemption' in Optimization and Tuning: recompute is the V1 default)",
@@ -79,6 +81,8 @@ ENGINES: dict[str, EngineProfile] = {
             "cuda_graph_max_bs 160: SGLang default on H100-class GPUs (server_args.py; recalled, assumed)",
             "admission reserves half the output: assumed between SGLang's initial new-token ratio 0.7 and its floor "
             "0.1 (schedule_policy.py / server_args.py; recalled), retracting requests when the cache runs out",
+            "kernels per layer and per step: constants serve.kernels.sglang.* (counted in srt/models/llama.py, "
+            "v0.4)",
             "step_overhead 0.5 ms: assumed: SGLang's overlap scheduler runs the CPU work of the next batch "
             "while the GPU runs this one ('zero-overhead batch scheduler', SGLang v0.4 blog, lmsys.org "
             "2024-12-04); the residue is a guess",
@@ -99,6 +103,8 @@ ENGINES: dict[str, EngineProfile] = {
             "admission reserves the whole output: the default capacity scheduler policy GUARANTEED_NO_EVICT admits a "
             "request only when its prompt and maximum output fit (TensorRT-LLM docs, scheduler / "
             "CapacitySchedulerPolicy)",
+            "kernels per layer and per step: constants serve.kernels.trtllm.* (counted in LLaMADecoderLayer and "
+            "the gpt_attention plugin, v0.8-v0.17)",
             "decode launch: assumed cheap at every batch (a TensorRT engine or a captured graph enqueued from C++)",
             "step_overhead 0.4 ms: assumed: C++ batch manager with overlapped scheduling; a guess",
         )),

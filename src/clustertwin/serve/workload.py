@@ -33,7 +33,7 @@ import math
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from ..constants import value
+from ..constants import group, value
 from ..cost.compute import ComputePricer
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile
@@ -56,11 +56,10 @@ PRECISIONS: dict[str, tuple[float, str]] = {
 }
 KV_DTYPES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 ACT_BYTES = 2.0   # activations stay 16-bit
-# kernels one transformer layer launches in a serving engine (qkv, rope, cache write, attention, o,
-# all-reduce, two norms with residual, up, activation, down, all-reduce): assumed 12; MoE layers add
-# the router, top-k, permute, grouped GEMMs and unpermute: assumed 8 more
-KERNELS_PER_LAYER = 12
-KERNELS_PER_MOE_LAYER = 8
+# kernels a decoder layer and a step launch, per engine, counted in each engine's model code
+# (constants serve.kernels.<engine>.*: dense_layer, tp_layer, moe_layer, mla_layer, fp8_layer,
+# attn_split, per_step, with the files and tags they were read from)
+_SPLIT_FILL = value("serve.attn_split_fill")   # split-KV decode only below this fill of the SMs
 _GAP = value("host.kernel_gap_s")                    # GPU idle between kernels on a busy queue
 _EAGER_DISPATCH = value("host.compiled_per_kernel_s")  # host time per kernel outside a CUDA graph
 
@@ -304,7 +303,13 @@ class StepPricer:
         self.layers = m.num_layers
         self.moe_layers = m.num_moe_layers
         self.dense_layers = m.num_layers - self.moe_layers
-        self.kernels = self.layers * KERNELS_PER_LAYER + self.moe_layers * KERNELS_PER_MOE_LAYER + 4
+        kc = kernel_counts(setup.engine.name)
+        per_layer = kc["dense_layer"] + (kc["tp_layer"] if setup.tp > 1 else 0)
+        per_layer += kc["mla_layer"] if m.mla else 0
+        per_layer += kc["fp8_layer"] if setup.gemm_dtype == "fp8" else 0
+        self.kernels = int(self.layers * per_layer + self.moe_layers * kc["moe_layer"] + kc["per_step"])
+        self.split_kernels = int(self.layers * kc["attn_split"])
+        self._split_below = _SPLIT_FILL * gpu.sm_count / max(1, setup.kv_heads_gpu)
         self._tok: dict[int, tuple[float, float, float]] = {}
         self._head: dict[int, tuple[float, float]] = {}
         self._pre: dict[tuple[int, int], tuple[float, float]] = {}
@@ -444,9 +449,16 @@ class StepPricer:
         worst = max(core[i] + self._attention_projections(max(1, math.ceil(tok[i]))) for i in range(adp))
         return max(0.0, worst - even)
 
-    def overhead(self, gpu_s: float, graph: bool) -> float:
+    def kernel_count(self, decode_seqs: int = 0, prefill: bool = False) -> int:
+        """Kernels one iteration launches: the engine's per-layer and per-step counts, plus the split-KV
+        combine kernel of every layer when a decode-only batch is too small to fill the SMs (engines whose
+        decode attention reduces in a second kernel)."""
+        split = not prefill and 0 < decode_seqs < self._split_below
+        return self.kernels + (self.split_kernels if split else 0)
+
+    def overhead(self, gpu_s: float, graph: bool, kernels: int | None = None) -> float:
         """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time."""
-        k = self.kernels
+        k = self.kernels if kernels is None else kernels
         launch = k * _GAP if graph else max(k * _GAP, k * _EAGER_DISPATCH - gpu_s)
         return launch + self.s.engine.step_overhead_s
 
@@ -473,7 +485,7 @@ class StepPricer:
         gpu = g + mb + comm + hg + hm + ag + am
         graph = not prefill and seqs <= self.s.engine.cuda_graph_max_batch * self.s.attention_dp
         return StepCost(gemm_s=g + hg, attention_s=ag, memory_bound_s=mb + hm + am, communication_s=comm,
-                        overhead_s=self.overhead(gpu, graph))
+                        overhead_s=self.overhead(gpu, graph, self.kernel_count(decode_seqs, bool(prefill))))
 
     def time(self, prefill: tuple[tuple[int, int], ...], decode_seqs: int, decode_context: int) -> float:
         return self.price(prefill, decode_seqs, decode_context).total_s
@@ -531,5 +543,12 @@ def memory_plan(setup: ServeSetup, max_request_tokens: int = 0) -> MemoryPlan:
     return MemoryPlan(hbm, w, act, other, max(0.0, kv), tokens, e.block_size, fits, reason)
 
 
+def kernel_counts(engine: str) -> dict[str, float]:
+    """The kernel counts of ``engine`` (``serve.kernels.<engine>.*``; an engine without its own counts
+    takes vLLM's)."""
+    got = group(f"serve.kernels.{engine}")
+    return got if got else group("serve.kernels.vllm")
+
+
 __all__ = ["PRECISIONS", "KV_DTYPES", "ServeSetup", "StepCost", "StepPricer", "MemoryPlan", "memory_plan",
-           "parse_serve_plan"]
+           "parse_serve_plan", "kernel_counts"]
