@@ -134,9 +134,13 @@ def test_dualpipe_is_the_stacks_default_and_the_plan_can_say_1f1b() -> None:
     assert sum(dual.breakdown_s.values()) == pytest.approx(dual.step_time_s)
 
 
-def test_megatron_plan_can_ask_for_dualpipe() -> None:
-    pred = _predict("tp=1,pp=16,ep=64,dp=128,zero=1,moe_dispatcher=deepep,dualpipe", framework="megatron")
-    plain = _predict("tp=1,pp=16,ep=64,dp=128,zero=1,moe_dispatcher=deepep", framework="megatron")
+def test_dualpipe_is_refused_where_the_framework_has_none() -> None:
+    """Megatron-Core has no DualPipe: a megatron plan asking for it is refused (rule framework_dualpipe),
+    not priced; on the stack that runs it, DualPipe hides the all-to-alls 1F1B exposes."""
+    with pytest.raises(PlanError, match="pp_schedule"):
+        _predict("tp=1,pp=16,ep=64,dp=128,zero=1,moe_dispatcher=deepep,dualpipe", framework="megatron")
+    pred = _predict("tp=1,pp=16,ep=64,dp=128,zero=1,moe_dispatcher=deepep,dualpipe", framework="hai-llm")
+    plain = _predict("tp=1,pp=16,ep=64,dp=128,zero=1,moe_dispatcher=deepep,schedule=1f1b", framework="hai-llm")
     assert pred.breakdown_s["ep_comm"] < plain.breakdown_s["ep_comm"]
 
 
@@ -163,7 +167,7 @@ def test_the_replay_refuses_dualpipe_it_cannot_schedule() -> None:
     from clustertwin.predict import make_training_job
     from clustertwin.sim.replay import simulate
     job = make_training_job("gpt3-125m", gpu="h100", num_gpus=8, plan="tp=2,pp=2,dp=2,dualpipe", micro_batch=1,
-                            global_batch=8, seq_len=1024)
+                            global_batch=8, seq_len=1024, framework="hai-llm")
     with pytest.raises(PlanError, match="pp_schedule"):
         simulate(job)
 

@@ -95,6 +95,8 @@ CASES: dict[str, tuple[JobFacts, list[tuple[PlanFacts, bool]]]] = {
     "framework_vpp": (_fw(STRUCT_CAN), [(PlanFacts(1, pp=2, vpp=2), True), (PlanFacts(1, pp=2), False)]),
     "framework_cp": (_fw(STRUCT_CAN), [(PlanFacts(1, cp=2), True), (PlanFacts(1), False)]),
     "framework_ep": (_fw(STRUCT_CAN), [(PlanFacts(1, ep=2), True), (PlanFacts(1), False)]),
+    "framework_dualpipe": (J, [(PlanFacts(1, pp=4, dualpipe=True), True), (PlanFacts(1, dualpipe=True), False),
+                               (PlanFacts(1, pp=4), False)]),
     "framework_etp": (_fw(STRUCT_CAN), [(PlanFacts(4, ep=2, etp=2), True), (PlanFacts(4, ep=2, etp=1), False),
                                         (PlanFacts(4, ep=2), False), (PlanFacts(4, etp=2), False)]),
     "framework_tp_overlap": (_fw(STRUCT_CAN), [(PlanFacts(2, overlap_tp=True), True), (PlanFacts(1, overlap_tp=True), False),

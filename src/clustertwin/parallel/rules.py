@@ -58,6 +58,7 @@ class Capabilities:
     expert_parallel: bool = True          # ep > 1
     expert_tp_any: bool = True            # False: experts split over etp = 1 or etp = tp only
     tp_overlap: bool = True               # overlap_tp_comm: TP collectives overlapped with the GEMMs
+    dualpipe: bool = False                # pp_schedule=dualpipe: DeepSeek's bidirectional schedule (HAI-LLM)
 
 
 @dataclass(frozen=True)
@@ -290,6 +291,11 @@ RULES: tuple[Rule, ...] = (
     Rule("framework_ep", "framework", "the framework has no expert parallelism",
          lambda j, p: (p.ep > 1) & (not j.can.expert_parallel),
          lambda j, p: ("plan.ep", f"{j.framework} has no expert parallelism", "set ep=1 or use --framework megatron")),
+    Rule("framework_dualpipe", "framework", "the framework has no DualPipe schedule",
+         lambda j, p: p.dualpipe & (p.pp > 1) & (not j.can.dualpipe),
+         lambda j, p: ("plan.pp_schedule", f"{j.framework} has no DualPipe schedule (DeepSeek-V3 report Sec. "
+                                           "3.2.1: DeepSeek's HAI-LLM runs it)",
+                       "set schedule=1f1b, or use --framework hai-llm")),
     Rule("framework_etp", "framework", "the framework splits experts over etp = 1 or tp only",
          lambda j, p: (p.ep > 1) & (not j.can.expert_tp_any) & (p.expert_tp != 1) & (p.expert_tp != p.tp),
          lambda j, p: ("plan.etp", f"{j.framework} splits experts over etp=1 or etp=tp only, not {p.expert_tp}",

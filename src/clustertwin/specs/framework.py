@@ -309,7 +309,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - node-limited routing with the dispatch deduplicated per node (Sec. 3.2.2): deepep
     # - ZeRO-1 data parallelism (Sec. 3.2), no TP in the V3 run
     FrameworkProfile("hai-llm", moe_dispatcher="deepep", selective_recompute="norm_up", adam_moments_bf16=True,
-                     fp8_activation_cache=True, pp_schedule="dualpipe", family="hai-llm", released="2024-12"),
+                     fp8_activation_cache=True, pp_schedule="dualpipe", family="hai-llm", released="2024-12",
+                     capabilities=Capabilities(dualpipe=True)),
 )
 
 # ---- the unversioned names, as they were before versions (the CLI's and the search's stacks) -------
@@ -511,10 +512,11 @@ def capabilities_markdown() -> str:
         return "yes" if flag else "no"
 
     lines = ["| framework | ZeRO stages | ZeRO-2/3 with PP | DDP with TP/PP/CP | interleaved PP | CP | EP | etp | "
-             "TP overlap |", "|---|---|---|---|---|---|---|---|---|"]
+             "TP overlap | DualPipe |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, fw in FRAMEWORK_PROFILES.items():
         c = fw.capabilities
         lines.append(f"| {name} | {', '.join(map(str, c.zero_stages))} | {yes(c.sharded_grads_with_pp)} | "
                      f"{yes(c.ddp_with_model_parallel)} | {yes(c.interleaved_pp)} | {yes(c.context_parallel)} | "
-                     f"{yes(c.expert_parallel)} | {'any' if c.expert_tp_any else '1 or tp'} | {yes(c.tp_overlap)} |")
+                     f"{yes(c.expert_parallel)} | {'any' if c.expert_tp_any else '1 or tp'} | {yes(c.tp_overlap)} | "
+                     f"{yes(c.dualpipe)} |")
     return "\n".join(lines)
