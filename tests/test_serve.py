@@ -507,3 +507,13 @@ def test_split_kv_combine_kernel_only_on_small_decode_batches():
     # the overhead is the gaps of the counted kernels plus the engine's host time (CUDA graph decode)
     c = v.price(decode_seqs=1, decode_context=1000)
     assert c.overhead_s == pytest.approx(v.kernel_count(1) * 1e-6 + v.s.engine.step_overhead_s)
+
+
+def test_a_token_budget_below_the_batch_limit_is_refused(capsys):
+    """A step must give every running sequence a token: --max-num-batched-tokens below --max-num-seqs is
+    refused with one line naming the flag (vLLM's SchedulerConfig refuses the same), exit code 2."""
+    code, out, err = run(capsys, "serve", "-m", "llama3-8b", "--gpu", "h100", "--num-gpus", "1",
+                         "--max-num-batched-tokens", "64", "--max-num-seqs", "256", "--input-len", "128",
+                         "--output-len", "16", "--num-requests", "10", "--concurrency", "2")
+    assert code == 2 and "max-num-batched-tokens" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1

@@ -225,6 +225,12 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
         if v is not None and not isinstance(v, bool) and v < 1:
             raise SpecError(k, f"{v} must be at least 1", "give a positive limit")
     eng = eng.with_overrides(**overrides)
+    if eng.max_num_batched_tokens < eng.max_num_seqs:
+        # vLLM refuses the same at start-up (vllm/config/scheduler.py SchedulerConfig._verify_args: "must be
+        # greater than or equal to max_num_seqs"): a step could not give every running sequence one token
+        raise SpecError("max-num-batched-tokens", f"{eng.max_num_batched_tokens} tokens per step is below "
+                        f"max-num-seqs {eng.max_num_seqs}: a decode step could not give each running sequence a token",
+                        f"give --max-num-batched-tokens of at least {eng.max_num_seqs}, or lower --max-num-seqs")
     if q.enforce_eager:
         eng = eng.with_overrides(cuda_graph_max_batch=0)
         notes.append("eager: no CUDA graphs, every kernel launched from the host")
