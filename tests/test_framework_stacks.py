@@ -95,3 +95,13 @@ def test_versions_as_sources_write_them():
 
 def test_docs_show_the_stacks_table():
     assert stacks_markdown() in DOCS.read_text()
+
+
+def test_a_family_at_nothing_is_refused_not_read_as_the_family():
+    """``hai-llm@`` names no release: refused with the field and the fix, never priced as plain hai-llm."""
+    from clustertwin.errors import SpecError
+    from clustertwin.specs.framework import get_framework
+    with pytest.raises(SpecError, match="names no release"):
+        get_framework("hai-llm@")
+    with pytest.raises(SpecError, match="names no release"):
+        get_framework("megatron@ ")

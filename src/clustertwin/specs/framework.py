@@ -408,6 +408,9 @@ def resolve_stack(framework: str, version: str | None = None, compile: bool | No
     if "@" in key and not version:
         key, version = key.split("@", 1)
         field = "framework"
+        if not version.strip():
+            raise SpecError(field, f"{framework!r} names no release after '@'",
+                            f"write {key}@<release> (a year, 2024-12, 24.07), or {key} alone")
     name = _ALIASES.get(key, key)
     family = _FAMILIES.get(key)
     if version and family is None and name in FRAMEWORK_PROFILES:
