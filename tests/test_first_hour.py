@@ -121,6 +121,8 @@ CLI_MISTAKES = [
     (["search", "--max-memory-fraction", "1.5"], ["max_memory_fraction"]),
     (["goodput", "--tokens", "1T", "--plan", "tp=1,dp=64,zero=0"], ["plan", "does not fit", "GiB of 80 GiB"]),
     (["goodput", "--tokens", "1T", "--checkpoint-mode", "fast"], ["checkpoint_mode"]),
+    (["goodput", "--tokens", "1T", "--storage-bandwidth", "1.4"], ["storage-bandwidth", "no unit", "2TB/s"]),
+    (["goodput", "--tokens", "1T", "--node-storage-bandwidth", "50"], ["node-storage-bandwidth", "no unit"]),
     (["validate", "no/such/runs.csv"], ["file", "not found"]),
 ]
 

@@ -59,6 +59,8 @@ def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint
     """The keyword options of estimate_goodput from the shared command-line options (checked)."""
     if hot_spares is not None and hot_spares < 0:
         raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
+    _no_bare_number("storage-bandwidth", storage_bandwidth, "2TB/s", "bandwidth")
+    _no_bare_number("node-storage-bandwidth", node_storage_bandwidth, "400Gbps", "bandwidth")
     return dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
                 planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
                 checkpoint_mode=checkpoint_mode.strip().lower(), checkpoint_writers=checkpoint_writers.strip().lower(),
@@ -178,15 +180,15 @@ def register(app: typer.Typer) -> None:
         print_all(base.console, goodput_tables(pred, est) + recovery_tables(est))
 
 
-def _no_bare_number(field: str, text: Optional[str], example: str) -> None:
-    """A duration without a unit ("5": seconds? minutes?) is refused rather than guessed."""
+def _no_bare_number(field: str, text: Optional[str], example: str, what: str = "duration") -> None:
+    """A quantity without a unit ("5": seconds? minutes? "1.4": bytes/s? GB/s?) is refused rather than guessed."""
     if text is None:
         return
     try:
         float(text.strip())
     except ValueError:
         return
-    raise SpecError(field, f"{text.strip()!r} has no unit", f"give a duration with its unit, e.g. {example}")
+    raise SpecError(field, f"{text.strip()!r} has no unit", f"give a {what} with its unit, e.g. {example}")
 
 
 def _dur(seconds: float) -> str:
