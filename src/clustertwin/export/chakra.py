@@ -41,7 +41,7 @@ import numpy as np
 from ..calibrate.profile import profile_for
 from ..errors import ClusterTwinError, DataError
 from ..schedule.step import Pricer, refuse_dualpipe, refuse_ep_overlap
-from ..sim.layout import StageDP, block_of, chunk_segments, segment_weight
+from ..sim.layout import Segment, StageDP, block_of, chunk_segments, segment_weight
 from ..sim.program import Program, build_program
 from ..sim.schedule import next_virtual, stage_order
 from ..workload.graph import WorkloadGraph
@@ -453,6 +453,21 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
             stream[:] = [nid]
             return nid
 
+        def copy_node(ops, s: Segment, label: str, deps) -> list[int]:
+            """FSDP2's copies ``ops`` of segment ``s`` (its share of each, by its parameters), one compute
+            node each after ``deps``; [the last] ([] where none)."""
+            out: list[int] = []
+            for op in ops:   # (a copy node stays its own: the next block's kernels do not merge into it)
+                total = sum(segment_weight(x, op.group) for c in chunks for x in c)
+                w = segment_weight(s, op.group)
+                if w > 0 and total > 0:
+                    out = [t.compute(f"{label}.{op.name}", pricer.time(op) * w / total, 0.0, op.bytes * w / total,
+                                     out or list(deps))]
+                    copy_ids.add(out[0])
+            return out
+
+        copy_ids: set[int] = set()
+
         gate: dict[tuple[int, int], int] = {}
         if dpw.gate:
             for op, j, b in dpw.gather_order(v):
@@ -471,6 +486,10 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
         for ph, j, k in order:
             segs = chunks[j] if ph == "F" else chunks[j][::-1]
             idxs = list(range(len(segs))) if ph == "F" else list(range(len(segs) - 1, -1, -1))
+            # FSDP2's copies on the compute stream: out after each all-gather, in before each reduce-scatter
+            copy_out = dpw.copies("fwd" if ph == "F" else "bwd")
+            copy_in = ((dpw.copies("", copy_in=True) if ph == "B" else ())
+                       + (dpw.copies("step", copy_in=True) if ph == "B" and k == m - 1 else ()))
             entry = list(frontier) + blocking
             blocking = []
             if (i, j) != ((0, 0) if ph == "F" else (p - 1, v - 1)):
@@ -492,6 +511,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                         ahead = 2 if plan.overlap_param_gather else 1
                         pre = seg_exits[q - ahead] if q >= ahead else pass_start
                         entry.append(dp_node(f"{op.name}.{s.label}.mb{k}", op, w / total, pre))
+                entry = copy_node(copy_out, s, f"{ph}{k}.{s.label}", entry) or entry
                 ids: list[int] = []
                 waits: dict[int, list[int]] = {}     # TP-overlap wait node -> its dependencies
                 joins: dict[int, list[int]] = {}     # exit wait node -> the collective beside its GEMM
@@ -505,7 +525,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                         ids.append(t.compute(label, sum(prog.steps[x].duration_s for x in steps),
                                              sum(prog.steps[x].op.flops * prog.steps[x].fraction for x in steps),
                                              sum(prog.steps[x].op.bytes * prog.steps[x].fraction for x in steps),
-                                             node_deps, merge=is_entry and q > 0))
+                                             node_deps, merge=is_entry and q > 0 and t.nodes[-1].id not in copy_ids))
                     elif first.part == "exposed":
                         # TP overlap: the chunk the GEMM waits for is a wait on the compute stream, of
                         # its priced time; the collective itself is written once, whole, beside the GEMM
@@ -529,6 +549,7 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
                                                 sizes[first.op.group], node_deps))
                 frontier = [ids[x] for x in fr.exits]
                 frontier += [c for d in frontier for c in joins.get(d, ()) if c not in frontier]
+                frontier = copy_node(copy_in, s, f"{ph}{k}.{s.label}", frontier) or frontier
                 seg_exits.append(frontier)
                 entry = list(frontier)
                 if ph == "B" and k == m - 1:
@@ -561,8 +582,9 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
             frontier = [t.compute("optimizer.adam", pricer.time(op), op.flops, op.bytes,
                                   frontier + blocking + grad_nodes[-1:] + rs_last)]
         if dpw.gather_ops and not dpw.gate:
-            for op in dpw.gather_ops:
-                dp_node(op.name, op, 1.0, frontier)
+            gathered = [dp_node(op.name, op, 1.0, frontier) for op in dpw.gather_ops]
+            for op in dpw.copies("step"):      # FSDP2 gathering once per step: copied out into the parameters
+                frontier = [t.compute(op.name, pricer.time(op), 0.0, op.bytes, frontier + gathered)]
         templates.append(t)
     return templates
 

@@ -89,8 +89,8 @@ def _other_event(task: MacroTask, pid: int, tids: dict[str, int], ranks_of_stage
     if op is not None:
         if op.is_comm:
             args.update(collective=op.collective, group=op.group, comm_bytes=op.comm_bytes * task.fraction)
-        else:
-            args.update(kind=op.kind.value, flops=op.flops, bytes=op.bytes)
+        else:   # a share of a stage-wide op (FSDP2's copies of one layer) carries its share
+            args.update(kind=op.kind.value, flops=op.flops * task.fraction, bytes=op.bytes * task.fraction)
     if task.peer >= 0:
         args["dst_rank"] = ranks_of_stage.get(task.peer, -1)
     ts, dur = _span(task.start_s, task.end_s)

@@ -35,7 +35,7 @@ from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at,
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan, ep_overlap_layout
-from ..workload.graph import (StageParams, dp_collectives, fsdp2_copy_bytes, layer_context, optimizer_traffic,
+from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_units, layer_context, optimizer_traffic,
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
@@ -975,29 +975,40 @@ class _Layout:
                 _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
                                             take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb,
                                             foreach=pr.fw.optimizer_impl == "torch_foreach")
-                copies = self._fsdp2_copies(k, z, take, pb, gb)
-                if copies is not None:
-                    if self.pp > 1 and pr.fw.fsdp_unsharded_with_pp:
-                        adam = adam + copies      # gathered and reduced once per step, beside the optimizer
-                    else:                         # per micro-batch, on the compute stream: never hidden
-                        fsdp_copy[k][sel] = _rows_of(pr._memory_bound.memory_bound_time(copies, 3 * units[k]), inv)
+                step_copies, mb_copies = self._fsdp2_copies(k, z, take, pb, gb)
+                if mb_copies is not None:      # per micro-batch, on the compute stream: never hidden
+                    fsdp_copy[k][sel] = _rows_of(mb_copies, inv)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
                 fsdp_rs[k][sel] = _rows_of(acc["fsdp_rs"], inv)
-                opt[k][sel] = _rows_of(pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS), inv)
+                opt_t = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
+                if step_copies is not None:    # gathered and reduced once per step, beside the optimizer
+                    opt_t = opt_t + step_copies
+                opt[k][sel] = _rows_of(opt_t, inv)
         fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k], fsdp_copy[k]) for k in k_range]
         return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
-    def _fsdp2_copies(self, k: int, z: int, take, pb: int, gb: int) -> Any:
-        """Bytes (None where there are none) of FSDP2's copy-out and reduce-scatter copy-in (``fsdp2_copy_bytes``) of stage class
-        ``k`` per micro-batch, over the parameters sharded over more than one rank (ZeRO-3, a framework
-        whose FSDP copies them: fsdp2_copies)."""
-        if z < 3 or not self.pr.fw.fsdp2_copies:
-            return None
-        params = (take(self.dense[k]) * (take(self.dp_cp) > 1) + take(self.expert[k]) * (take(self.edp) > 1))
-        per_step = self.pp > 1 and self.pr.fw.fsdp_unsharded_with_pp
-        return fsdp2_copy_bytes(params, pb, gb, gathers=1 if per_step else 2)
+    def _fsdp2_copies(self, k: int, z: int, take, pb: int, gb: int) -> tuple[Any, Any]:
+        """Seconds of FSDP2's copy-outs and reduce-scatter copy-ins of stage class ``k``, (once per step,
+        per micro-batch), None where there are none: the ops the workload graph holds (``fsdp2_copies``,
+        per parameter group sharded over more than one rank, at ZeRO-3 under a framework whose FSDP
+        copies them: fsdp2_copies), priced as ``Pricer.time`` prices them (memory-bound kernels, one
+        kernel gap each)."""
+        pr = self.pr
+        if z < 3 or not pr.fw.fsdp2_copies:
+            return None, None
+        cls = self.classes[k]
+        units = fsdp_units(cls.n_dense, cls.n_moe, cls.is_first or cls.is_last)
+        per_step = self.pp > 1 and pr.fw.fsdp_unsharded_with_pp
+        total: Any = 0.0
+        for group, params, size in (("dp_cp", take(self.dense[k]), take(self.dp_cp)),
+                                    ("edp", take(self.expert[k]), take(self.edp))):
+            sharded = params * (size > 1)
+            for _name, _phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step):
+                t = pr._memory_bound._memory_time(nbytes, "elementwise") + pr.fw.kernel_gap_s * kernels
+                total = total + t * (sharded > 0)     # no kernels where the group holds nothing sharded
+        return (total, None) if per_step else (None, total)
 
 
 def _shape_key(plans: PlanSet) -> tuple:

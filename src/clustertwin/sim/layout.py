@@ -131,7 +131,10 @@ class StageDP:
     """The data-parallel work of one stage and how it overlaps (the plan's overlap options):
     ``gate``: this iteration's ZeRO parameter all-gathers run bucket by bucket under the first
     forward of each chunk (else after the optimizer); ``release``: gradient buckets reduce as the last
-    backward of their chunk completes them (else after the whole backward)."""
+    backward of their chunk completes them (else after the whole backward). ``fsdp_ops``: FSDP's
+    collectives per micro-batch; ``fsdp_copies``: FSDP2's copies on the compute stream per micro-batch
+    (after each all-gather, before each reduce-scatter); ``step_copies``: those copies once per step
+    (FSDP gathering and reducing once per step under pipeline parallelism)."""
 
     grad_ops: tuple
     gather_ops: tuple
@@ -140,6 +143,8 @@ class StageDP:
     buckets: dict
     gate: bool
     release: bool
+    fsdp_copies: tuple = ()
+    step_copies: tuple = ()
 
     @staticmethod
     def of(sg: StageGraph, chunks: list[list[Segment]], plan) -> "StageDP":
@@ -150,7 +155,17 @@ class StageDP:
         buckets = {op.name: make_buckets(chunks, op.group) for op in grad + gather}
         gate = plan.zero_stage in (1, 2) and bool(plan.overlap_param_gather) and bool(gather)
         release = bool(grad) and bool(plan.overlap_dp_comm)
-        return StageDP(grad, gather, opt, tuple(sg.microbatch_dp_ops), buckets, gate, release)
+        fsdp = tuple(op for op in sg.microbatch_dp_ops if op.is_comm)
+        copies = tuple(op for op in sg.microbatch_dp_ops if not op.is_comm)
+        step_copies = tuple(op for op in sg.step_ops if not op.is_comm and op.kind != OpKind.OPTIMIZER)
+        return StageDP(grad, gather, opt, fsdp, buckets, gate, release, copies, step_copies)
+
+    def copies(self, phase: str, copy_in: bool = False) -> tuple:
+        """FSDP2's copies of a pass: the copy-outs after the all-gathers of ``phase`` ("fwd", "bwd",
+        "step"), or (``copy_in``) the copy-ins before the reduce-scatters."""
+        ops = self.step_copies if phase == "step" else self.fsdp_copies
+        return tuple(op for op in ops if op.name.startswith("fsdp2.copy_in") == copy_in
+                     and (copy_in or phase == "step" or op.phase.value == phase))
 
     def gather_order(self, chunks: int):
         """(op, chunk, bucket) of the parameter all-gathers in the order they are issued: chunk by

@@ -324,7 +324,12 @@ class _Replay:
                 idxs = list(range(len(segs))) if ph == "F" else list(range(len(segs) - 1, -1, -1))
                 receives = (i, j) != (entry_f if ph == "F" else entry_b)
                 extra = {r.index: pending_block.pop(r.index, ()) for r in ranks}
-                granular = bool(fsdp) or (gate and ph == "F" and k == 0) or (release and ph == "B" and k == m - 1)
+                # FSDP2 copying gradients in once per step: in the last micro-batch's backward, layer by layer
+                step_in = dpw.copies("step", copy_in=True) if ph == "B" and k == m - 1 else ()
+                granular = (bool(fsdp) or (gate and ph == "F" and k == 0) or (release and ph == "B" and k == m - 1)
+                            or bool(step_in))
+                copy_out = dpw.copies("fwd" if ph == "F" else "bwd") if fsdp else ()
+                copy_in = (dpw.copies("", copy_in=True) if fsdp and ph == "B" else ()) + step_in
                 if granular:
                     seg_tasks: dict[int, list[int]] = {r.index: [] for r in ranks}
                     before = {r.index: last_compute.get(r.index) for r in ranks}
@@ -337,16 +342,20 @@ class _Replay:
                             if gate and ph == "F" and k == 0 and (j, si) in gate_task:
                                 deps.append(gate_task[(j, si)])
                             deps += gathers
+                            # FSDP2: the gathered buffer copied out into the layer's parameters first
+                            self._copies(r, copy_out, s, deps, f"{ph}{j}.{k} {s.label}", ph, j, k)
                             tid = e.add((e.stream(r.index, "compute"),), mp.duration_s, deps)
                             self._add(r, MacroTask("compute", f"{ph}{j}.{k} {s.label}", 0, 0, ((s, ph, mp),), j, k,
                                                    ph), tid)
                             if q == 0 and receives:
                                 recv_waits.append((tid, (ph, r.replica, i, j, k)))
                             seg_tasks[r.index].append(tid)
+                            # FSDP2: the layer's gradients copied into the reduce-scatter buffer, before it
+                            tid = self._copies(r, copy_in, s, (), f"{ph}{j}.{k} {s.label}", ph, j, k) or tid
                             last_compute[r.index] = tid
                             release_tasks[(r.index, j, si)] = tid
                         if fsdp and ph == "B":
-                            rs = self._fsdp_reduce(ranks, fsdp, s, [seg_tasks[r.index][q] for r in ranks], j, k)
+                            rs = self._fsdp_reduce(ranks, fsdp, s, [last_compute[r.index] for r in ranks], j, k)
                             fsdp_rs += rs
                             if not plan.overlap_dp_comm:     # the next layer waits for this one's reduction
                                 for r in ranks:
@@ -402,8 +411,11 @@ class _Replay:
                 self._add(r, MacroTask("compute", "optimizer.adam", 0, 0, (), phase="step", op=opt_op), tid)
                 opt_tasks.append(tid)
             if gather_ops and not gate:      # ZeRO-1/2 without overlap: gather the new parameters now
-                for op in gather_ops:
-                    self._collective(ranks, op, 1.0, opt_tasks, op.name)
+                gathered = [self._collective(ranks, op, 1.0, opt_tasks, op.name) for op in gather_ops]
+                for r in ranks:              # FSDP2 gathering once per step: copied out into the parameters
+                    for op in dpw.copies("step"):
+                        tid = e.add((e.stream(r.index, "compute"),), self.pricer.time(op) * max(r.factors), gathered)
+                        self._add(r, MacroTask("compute", op.name, 0, 0, (), phase="step", op=op), tid)
         for tid, key in recv_waits:
             src = sends.get(key)
             if src is None:  # pragma: no cover - every schedule feeds its receives
@@ -413,6 +425,21 @@ class _Replay:
     def _first_virtual(self, ph: str) -> tuple[int, int]:
         """(stage, chunk) where a pass of phase ``ph`` enters the pipeline (receives nothing)."""
         return (0, 0) if ph == "F" else (self.p - 1, self.v - 1)
+
+    def _copies(self, r: SimRank, ops, s: Segment, deps, label: str, ph: str, j: int, k: int) -> int | None:
+        """FSDP2's copies ``ops`` of one layer (its share of each stage-wide op, by its parameters) on the
+        compute stream of rank ``r`` after ``deps``; the last task added (None: none)."""
+        tid = None
+        for op in ops:
+            total = sum(segment_weight(x, op.group) for x in self.all_segments(r.stage))
+            w = segment_weight(s, op.group)
+            if w <= 0 or total <= 0:
+                continue
+            share = w / total
+            tid = self.e.add((self.e.stream(r.index, "compute"),), self.pricer.time(op) * share * max(r.factors),
+                             deps)
+            self._add(r, MacroTask("compute", f"{label} {op.name}", 0, 0, (), j, k, ph, op=op, fraction=share), tid)
+        return tid
 
     # -- FSDP: per-layer parameter gathers (prefetched one layer ahead) and gradient reduce-scatters
     def _fsdp_gather(self, ranks: list[SimRank], fsdp: list[Op], ph: str, s: Segment, q: int,

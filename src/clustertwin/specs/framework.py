@@ -115,7 +115,7 @@ class FrameworkProfile:
     # "torch_foreach" (torch.optim.AdamW(foreach=True) and clip_grad_norm_: one pass per foreach op)
     optimizer_impl: str = "fused"
     # FSDP2 (fully_shard) copies each all-gathered buffer into the unsharded parameters and each unsharded
-    # gradient into the reduce-scatter buffer on the compute stream (batch.py fsdp2_copy_bytes)
+    # gradient into the reduce-scatter buffer on the compute stream (workload/graph.py fsdp2_copies: ops of the graph)
     fsdp2_copies: bool = False
     # DeepSeek's documented memory savings (hai-llm; DeepSeek-V3 report, arXiv 2412.19437, Sec. 3.3.3):
     # AdamW moments in BF16 beside FP32 master weights (constants memory.adam_bytes_per_param_bf16_moments)

@@ -56,7 +56,7 @@ class StageGraph:
     blocks: tuple[Block, ...]
     p2p: tuple[Op, ...]                 # pipeline send/recv per micro-batch and chunk boundary
     step_ops: tuple[Op, ...]            # once per iteration
-    microbatch_dp_ops: tuple[Op, ...]   # ZeRO-3/FSDP: parameter gathers and grad reduce per micro-batch
+    microbatch_dp_ops: tuple[Op, ...]   # ZeRO-3/FSDP: gathers, grad reduce (FSDP2: copies) per micro-batch
     params: StageParams
     layers_dense: int
     layers_moe: int
@@ -310,15 +310,23 @@ def _build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = No
         if p > 1:  # one activation send (forward) and one gradient send (backward) per chunk
             p2p = tuple(collective(f"pp.{d}.chunk{j}", "send_recv", "pp", p2p_bytes, ph, overlappable=True, layer="pp")
                         for j in range(v) for d, ph in (("activation", Phase.FWD), ("gradient", Phase.BWD)))
-        step_ops, mb_ops = _dp_ops(model, plan, fw, params)
+        step_ops, mb_ops = _dp_ops(model, plan, fw, params, fsdp_units(n_dense, n_moe, first or last))
         sg = StageGraph(i, tuple(split[c] for c in chunks), tuple(blocks), p2p, step_ops, mb_ops, params, n_dense, n_moe)
         memo[key] = sg
         stages.append(sg)
     return WorkloadGraph(job, fw, plan, ctx, m, tuple(stages))
 
 
-def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: StageParams) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
-    """Gradient synchronisation, ZeRO gathers and the optimizer step of one rank of a stage."""
+def fsdp_units(n_dense: int, n_moe: int, ends: bool) -> dict[str, int]:
+    """The FSDP units of a stage per parameter group: each layer is one (fully_shard per transformer
+    block), the embedding, final norm and head together one more on a stage holding either (``ends``:
+    the root module's fully_shard); the routed experts one per MoE layer."""
+    return {"dp_cp": n_dense + n_moe + int(ends), "edp": max(1, n_moe)}
+
+
+def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: StageParams,
+            units: dict[str, int]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """Gradient synchronisation, ZeRO gathers, FSDP2's copies and the optimizer step of one rank of a stage."""
     dense = params.dense + params.embedding
     expert = params.expert
     dp_cp = plan.dp * plan.cp
@@ -328,25 +336,65 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
     step: list[Op] = []
     per_mb: list[Op] = []
     groups = [("dp_cp", dense, dp_cp), ("edp", expert, edp)]
+    per_step = fsdp_per_step(plan, fw)
     for group, n, size in groups:
         if n <= 0 or size <= 1:
             continue
-        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, fsdp_per_step(plan, fw)):
+        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, per_step):
             nbytes = n * (gb if elem == "grad" else pb)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
+        if plan.zero_stage >= 3 and fw.fsdp2_copies:
+            for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step):
+                (per_mb if per_microbatch else step).append(op)
     shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb,
                                           foreach=fw.optimizer_impl == "torch_foreach")
     step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
     return tuple(step), tuple(per_mb)
 
 
+def fsdp2_copy_parts(params, param_bytes: int, grad_bytes: int):
+    """(bytes of one all-gather's copy-out, bytes of the reduce-scatter copy-in) that FSDP2 (fully_shard)
+    moves on the compute stream for ``params`` unsharded parameters: the copy-out of the gathered buffer
+    into the parameters (``_COPY_OUT_BYTES`` per 16-bit element, scaled to ``param_bytes``), and the
+    copy-in reading the 16-bit gradients and writing the reduce-dtype buffer (``grad_bytes`` per
+    element). Floats or arrays."""
+    return params * _COPY_OUT_BYTES * param_bytes / 2, params * (_COPY_IN_READ_BYTES + grad_bytes)
+
+
 def fsdp2_copy_bytes(params, param_bytes: int, grad_bytes: int, gathers: int = 2):
-    """Bytes FSDP2 (fully_shard) copies on the compute stream for ``params`` unsharded parameters:
-    each all-gather's copy-out into the parameters (``gathers``: forward and backward's re-gather) and
-    the reduce-scatter copy-in of the 16-bit gradients into the reduce-dtype buffer (``grad_bytes``
-    written per element). Floats or arrays."""
-    return params * (gathers * _COPY_OUT_BYTES * param_bytes / 2 + _COPY_IN_READ_BYTES + grad_bytes)
+    """Bytes FSDP2 copies on the compute stream for ``params`` unsharded parameters per gradient
+    reduction: ``gathers`` copy-outs (forward and backward's re-gather) and one copy-in
+    (``fsdp2_copy_parts``). Floats or arrays."""
+    out, copy_in = fsdp2_copy_parts(params, param_bytes, grad_bytes)
+    return gathers * out + copy_in
+
+
+def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step: bool = False):
+    """FSDP2's copies of one parameter group of a stage, as (name, phase, bytes, kernels, once per
+    micro-batch?): one copy-out after each all-gather (forward, and backward's re-gather) and one
+    copy-in before each reduce-scatter, each a memory-bound kernel per unit (``units``) on the compute
+    stream (PyTorch FSDP2: split_with_sizes_copy in FSDPParamGroup.wait_for_unshard, _chunk_cat in
+    foreach_reduce). ``per_step`` (``fsdp_per_step``): gathered once and reduced once per step.
+    The one definition the workload graph's ops (``fsdp2_copy_ops``) and the batch pricer use.
+    ``params`` a float or an array (many structures)."""
+    out, copy_in = fsdp2_copy_parts(params, param_bytes, grad_bytes)
+    if per_step:
+        return (("fsdp2.copy_out", Phase.STEP, out, units, False),
+                ("fsdp2.copy_in", Phase.STEP, copy_in, units, False))
+    return (("fsdp2.copy_out.fwd", Phase.FWD, out, units, True),
+            ("fsdp2.copy_out.bwd", Phase.BWD, out, units, True),
+            ("fsdp2.copy_in", Phase.BWD, copy_in, units, True))
+
+
+def fsdp2_copy_ops(group: str, params: float, units: int, param_bytes: int, grad_bytes: int,
+                   per_step: bool = False) -> tuple[tuple[Op, bool], ...]:
+    """``fsdp2_copies`` of ``group`` as ops of the workload graph (memory-bound, on the compute stream,
+    one kernel per unit), each with whether it runs once per micro-batch."""
+    return tuple((Op(f"{name}.{group}", OpKind.ELEMENTWISE, phase, bytes=float(nbytes), group=group, layer="step",
+                     kernels=int(kernels)), per_mb)
+                 for name, phase, nbytes, kernels, per_mb in fsdp2_copies(params, units, param_bytes, grad_bytes,
+                                                                          per_step))
 
 
 def fsdp_per_step(plan, fw: FrameworkProfile) -> bool:
