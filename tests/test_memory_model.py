@@ -50,6 +50,24 @@ def test_the_last_stage_holds_the_loss_peak_of_one_micro_batch() -> None:
     assert one["other"] - without["other"] == pytest.approx(held * 12 * logits)
 
 
+# ---- gradients ------------------------------------------------------------------------------------
+def test_chunk_wise_gradient_reduction_keeps_two_chunks_unsharded() -> None:
+    """A stack that reduce-scatters each pipeline chunk's gradient once its contiguous micro-batches have
+    run their backward (meta-llama3, Llama 3 paper Sec. 3.3.2) holds the FP32 shard over DP plus two of
+    the vpp chunks' FP32 gradients; Megatron-Core under ZeRO-2 with accumulation holds the whole stage's.
+    Without interleaving the chunk is the stage, and so is the buffer."""
+    kw = dict(dense=1e9, expert=0.0, dp_cp=128, edp=128, layers_dense=8, layers_moe=0, act_dense=1e8,
+              act_moe=0.0, act_full_layer=0.0, in_flight_layers=8, microbatches=16)
+    meta, mcore = get_framework("meta-llama3"), get_framework("megatron")
+    assert stage_memory(meta, "bf16", 2, vpp=8, **kw)["gradients"] == pytest.approx(4 * 1e9 * (1 / 128 + 2 / 8))
+    assert stage_memory(mcore, "bf16", 2, vpp=8, **kw)["gradients"] == pytest.approx(4 * 1e9)
+    assert stage_memory(meta, "bf16", 2, vpp=1, **kw)["gradients"] == pytest.approx(4 * 1e9)
+    assert stage_memory(meta, "bf16", 1, vpp=8, **kw)["gradients"] == pytest.approx(4 * 1e9)   # ZeRO-1: unsharded
+    # more chunks never hold more unsharded gradient
+    held = [stage_memory(meta, "bf16", 2, vpp=v, **kw)["gradients"] for v in (2, 4, 8)]
+    assert held == sorted(held, reverse=True)
+
+
 # ---- activations -----------------------------------------------------------------------------------
 def test_dtensor_sequence_parallelism_keeps_the_gathered_gemm_inputs() -> None:
     """Megatron keeps the T/tp-row norm outputs and re-gathers them in backward; DTensor keeps the

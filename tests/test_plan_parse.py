@@ -204,6 +204,9 @@ def test_stage_layer_split() -> None:
     assert stage_layer_split(5, 4, 1) == [1, 2, 1, 1]
     assert stage_layer_split(32, 3, 1) == [11, 11, 10]
     assert stage_layer_split(61, 8, 4) == [1] + [2] * 29 + [1, 1]    # DeepSeek-V3 / Kimi K2 over 32 chunks
+    # Llama 3 405B as Meta split it (arXiv 2407.21783 Sec. 3.3.2): the first chunk the embedding alone,
+    # the last the output layer and loss alone, one layer in every other of the 16 x 8 chunks
+    assert stage_layer_split(126, 16, 8, 0, 0) == [0] + [1] * 126 + [0]
     with pytest.raises(PlanError, match="cannot fill"):
         stage_layer_split(3, 4, 1)
 

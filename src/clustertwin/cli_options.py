@@ -34,7 +34,7 @@ PrecisionOpt = typer.Option(None, "--precision", help="bf16 | fp16 | fp8 | fp32 
 FrameworkOpt = typer.Option(DEFAULT_FRAMEWORK, "--framework",
                             help="megatron | nemo | torchtitan | deepspeed | pytorch-eager | pytorch-compile, a "
                                  "release (megatron-lm@2021, megatron-deepspeed, nemo@24.07, torchtitan-compile, "
-                                 "hai-llm, ...) "
+                                 "hai-llm, meta-llama3, ...) "
                                  "or family@version (megatron@2022)")
 ProfileOpt = typer.Option(None, "--profile", help="measured hardware profile (clustertwin calibrate)")
 

@@ -715,7 +715,8 @@ class _Layout:
                     moe = cls.n_moe > 0
                     full_layer = maximum(trans_d, trans_m) if moe else trans_d
                     mem = stage_memory(
-                        pr.fw, plans.precision, z, pp=self.pp, microbatches=m_m, dense=val(self.dense[k][sr]),
+                        pr.fw, plans.precision, z, pp=self.pp, vpp=self.vpp, microbatches=m_m,
+                        dense=val(self.dense[k][sr]),
                         expert=val(self.expert[k][sr]), dp_cp=dp_cp_m, edp=val(self.edp[sr]), layers_dense=cls.n_dense,
                         tp=val(self.tp[sr]),
                         layers_moe=cls.n_moe, act_dense=act_d, act_moe=act_m if moe else 0.0,

@@ -229,7 +229,7 @@ class MemoryEstimate:
 
 
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense, expert, dp_cp, edp,
-                 pp: int = 1, microbatches=1, tp=1,
+                 pp: int = 1, vpp: int = 1, microbatches=1, tp=1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
                  logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
@@ -240,6 +240,8 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere), ``tp`` the
     tensor-parallel size (which loss a framework runs);
     ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
+    ``vpp``: pipeline chunks per rank (which share of the stage's gradient is unsharded at once, on a
+    stack that reduces each chunk's gradient when its backward is done: ``grad_reduce_per_chunk``).
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
     z = zero_stage
     fp32 = precision == "fp32"
@@ -253,7 +255,14 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     else:
         w_bytes, g_bytes, o_bytes = 4, 4, _ADAM_WITHOUT_MASTER
     weights = w_bytes * shard(dense, expert, z >= 3)
-    if z == 2:
+    if z == 2 and fw.grad_reduce_per_chunk and vpp > 1:
+        # a pipeline chunk's gradient is complete once the chunk's contiguous micro-batches have run their
+        # backward, and is then reduce-scattered into the rank's shard (Llama 3 paper Sec. 3.3.2: FSDP
+        # "shards optimizer states and gradients", N contiguous micro-batches per stage): the shard lives
+        # through the step, the unsharded buffer of the chunk accumulating and of the one being reduced
+        # (asynchronously) beside it: two of the vpp chunks' gradients
+        grads = g_bytes * (shard(dense, expert, True) + shard(dense, expert, False) * min(2, vpp) / vpp)
+    elif z == 2:
         # ZeRO-2 reduces the gradients once per step (as Megatron's distributed optimizer and FSDP
         # without resharding do): with gradient accumulation the full buffer lives between
         # micro-batches, and only a single micro-batch lets it keep just its shard

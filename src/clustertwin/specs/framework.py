@@ -123,6 +123,12 @@ class FrameworkProfile:
     # FP8 plans cache the Linear inputs in FP8 (1x128 tiles), the attention output in E5M6, and the MoE
     # SwiGLU's inputs in FP8, recomputing its output in backward (layer_activation_bytes)
     fp8_activation_cache: bool = False
+    # ZeRO-2 with an interleaved pipeline: each pipeline chunk's gradient is reduce-scattered into the rank's
+    # shard once the chunk's contiguous micro-batches have run their backward, so only the chunks in
+    # accumulation and in reduction hold unsharded gradients (Meta's Llama 3 stack: FSDP "shards optimizer
+    # states and gradients", N contiguous micro-batches per stage, arXiv 2407.21783 Sec. 3.3.2); False:
+    # the whole stage's gradient buffer lives through the step (Megatron-Core, FSDP under no_sync)
+    grad_reduce_per_chunk: bool = False
     # pipeline schedule when the plan does not say: "1f1b" (interleaved with vpp > 1) or "dualpipe"
     # (DeepSeek-V3 Sec. 3.2.1: bidirectional, overlapped forward-backward chunk pairs)
     pp_schedule: str = "1f1b"
@@ -311,6 +317,27 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     FrameworkProfile("hai-llm", moe_dispatcher="deepep", selective_recompute="norm_up", adam_moments_bf16=True,
                      fp8_activation_cache=True, pp_schedule="dualpipe", family="hai-llm", released="2024-12",
                      capabilities=Capabilities(dualpipe=True)),
+    # Meta's in-house PyTorch stack that trained Llama 3 405B, as The Llama 3 Herd of Models (arXiv
+    # 2407.21783) documents it (Sec. 3.3.2); what the paper does not describe keeps the Megatron-Core
+    # defaults the CSV rows' "other" was priced with (fused kernels, flash-class attention, overlapped DP
+    # reduction and pipeline sends, the vocab-parallel loss):
+    # - FSDP as the outermost dimension: "shards optimizer states and gradients, but for model shards we do
+    #   not reshard after forward computation" (ZeRO-2 with the stage's 16-bit weights gathered through the
+    #   step: default_zero_stage 2); gradients accumulated and reduce-scattered in FP32 ("FP32 gradient
+    #   accumulation during backward computation over multiple micro-batches and also reduce-scatter
+    #   gradients in FP32 across data parallel workers in FSDP")
+    # - pipeline: an interleaved schedule with V stages per rank and N contiguous micro-batches for the same
+    #   stage's forward or backward ("our key insight is to make N tunable"), so a chunk's gradient is
+    #   complete after its N backward passes and is reduce-scattered then: grad_reduce_per_chunk
+    # - "the first model chunk on the first stage has only the embedding, and the last model chunk on the
+    #   last stage has only output projection and loss calculation": plan first_stage_layers=0,
+    #   last_stage_layers=0 (a plan option, not a default, since it needs vpp = (layers + 2) / pp)
+    # - the input and output tensors of each pipeline stage freed when no longer needed, which the model
+    #   never counts (stage_memory holds no pipeline-boundary buffers)
+    # - FSDP parameters and gradients live in per-unit flat buffers allocated and freed within the step,
+    #   so the allocator allowance covers them too (contiguous_param_grad_buffers off)
+    FrameworkProfile("meta-llama3", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
+                     grad_reduce_per_chunk=True, default_zero_stage=2, family="meta-llama3", released="2024-07"),
 )
 
 # ---- the unversioned names, as they were before versions (the CLI's and the search's stacks) -------
@@ -363,7 +390,8 @@ _ALIASES = {"megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "me
             "megatron-ds": "megatron-deepspeed", "torchtitan-compiled": "torchtitan-compile"}
 # what a family name before "@" may be spelled as
 _FAMILIES = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
-             "nemo": "nemo", "deepspeed": "deepspeed", "torchtitan": "torchtitan", "hai-llm": "hai-llm"}
+             "nemo": "nemo", "deepspeed": "deepspeed", "torchtitan": "torchtitan", "hai-llm": "hai-llm",
+             "meta-llama3": "meta-llama3"}
 # Megatron-Core releases by date (the tags' dates in NVIDIA/Megatron-LM: core_v0.4.0 2023-12-11,
 # core_v0.5.0 2024-02-26, core_v0.6.0 2024-04-18, core_v0.7.0 2024-05-30, core_r0.8.0 2024-08-12,
 # core_r0.9.0 2024-10-24, core_r0.10.0 2025-02-17, v0.11.0 2025-03-14, v0.12.0rc2 2025-04-08)
@@ -488,6 +516,8 @@ STACK_SOURCES = {
     "torchtitan-eager": "torchtitan 9dec370 models/llama/model.py (SDPA, complex RoPE); pytorch/pytorch#138522",
     "torchtitan-compile": "torchtitan 9dec370 parallelize_llama.py apply_compile (per block), train.py (loss eager)",
     "hai-llm": "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.2.1 (DualPipe, Table 2), 3.2.3, 3.3.3",
+    "meta-llama3": "The Llama 3 Herd of Models (arXiv 2407.21783) Sec. 3.3.2 (FSDP, pipeline schedule, numerical "
+                   "stability)",
 }
 
 

@@ -38,10 +38,12 @@ class Plan(Frozen):
     etp: int | None = Field(None, gt=0, le=1024, description="expert tensor parallel size; None = tp")
     sp: bool = Field(False, description="sequence parallelism with TP (Korthikanti et al. 2022)")
     zero_stage: int = Field(1, ge=0, le=3, description="0 none, 1 optimizer, 2 +grads, 3 +weights (FSDP)")
-    first_stage_layers: int | None = Field(None, gt=0, le=10_000,
-                                           description="layers of the first pipeline chunk when the split is uneven")
-    last_stage_layers: int | None = Field(None, gt=0, le=10_000,
-                                          description="layers of the last pipeline chunk when the split is uneven")
+    first_stage_layers: int | None = Field(None, ge=0, le=10_000,
+                                           description="layers of the first pipeline chunk when the split is uneven "
+                                                       "(0: the chunk holds the embedding alone)")
+    last_stage_layers: int | None = Field(None, ge=0, le=10_000,
+                                          description="layers of the last pipeline chunk when the split is uneven "
+                                                      "(0: the chunk holds the output layer and the loss alone)")
     micro_batch: int = Field(1, gt=0, le=1_000_000, description="sequences per micro-batch per DP rank")
     global_batch: int | None = Field(None, gt=0, le=1_000_000_000, description="sequences per iteration")
     recompute: Recompute = "none"
