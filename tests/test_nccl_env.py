@@ -95,3 +95,15 @@ def test_cluster_of_is_unchanged_by_the_settings():
     row = {"run_id": "gcp-a3mega-2node-allreduce", "gpu": "h100-sxm", "num_gpus": "16", "gpus_per_node": "8",
            "nodes": "2", "interconnect": "NVSwitch NVLink4 intra-node; GPUDirect-TCPXO"}
     assert cluster_of(row).node.nics_per_node == 8
+
+
+def test_a_2021_efa_plugin_leaves_nccl_all_protocols():
+    """aws-ofi-nccl began setting NCCL_PROTO=simple in 2023: the 2021 p4d EKS run's nodes are not marked, so
+    NCCL (2.9.9) takes LL for small messages there, while a later p4de run stays Simple."""
+    eks = {"run_id": "aws-p4d-2node-eks-allreduce", "gpu": "a100-40gb", "num_gpus": "16", "gpus_per_node": "8",
+           "nodes": "2", "interconnect": "NVSwitch NVLink3 intra-node; 4x100Gb/s EFA per node (400 Gbps)"}
+    p4de = {**eks, "run_id": "aws-p4de-2node-allreduce", "gpu": "a100-80gb"}
+    assert cluster_of(eks).node.nic_ordered_128b_delivery
+    assert not cluster_of(p4de).node.nic_ordered_128b_delivery
+    small = [r for r in compare(CSV) if r.run_id == "aws-p4d-2node-eks-allreduce" and r.nbytes <= 1024]
+    assert small and all(r.protocol == "ll" for r in small)

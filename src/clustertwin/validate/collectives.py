@@ -92,9 +92,29 @@ def nccl_env_of(row: dict) -> tuple[tuple[str, ...] | None, tuple[str, ...] | No
     return ((forced,) if forced and forced != "auto" else None), None
 
 
+# Runs whose aws-ofi-nccl predates both of the plugin settings above: run-id prefix -> source. The plugin
+# began setting NCCL_PROTO=simple in January 2023 and reporting a latency to NCCL in May 2023; a 2021 run
+# got NCCL's default protocols and no plugin latency (NCCL 2.9.9's net API has no latency field).
+_OFI_2021 = ("aws/aws-ofi-nccl: tags v1.1.2-aws (2021-04-13) and v1.1.3-aws (2021-06-18) setenv only "
+             "NCCL_TOPO_FILE and RDMAV_FORK_SAFE (src/nccl_ofi_net.c); NCCL_PROTO=simple came with commit "
+             "f62e4054 (2023-01-25, 'Also set the NCCL_PROTO to simple when appropriate'), the reported "
+             "latency with 40110dc0 (2023-05-31, 'Variable internode latency reported to NCCL'); the run's "
+             "log (NCCL 2.9.9, 2021-06-11) shows the plugin setting NCCL_TOPO_FILE and "
+             "OFI_NCCL_GDR_FLUSH_DISABLE and no NCCL_PROTO")
+PLUGIN_BEFORE_2023 = {
+    "aws-p4d-2node-eks": _OFI_2021,
+}
+
+
+def _old_plugin(row: dict) -> bool:
+    return any(row["run_id"].startswith(p) for p in PLUGIN_BEFORE_2023)
+
+
 def _unordered_nics(row: dict) -> bool:
-    """Whether the row's nodes talk over NICs without ordered 128-byte delivery (a multi-node EFA run on p4d/p4de)."""
-    return int(row["nodes"]) > 1 and any(row["run_id"].startswith(p) for p in UNORDERED_NICS)
+    """Whether the row's nodes talk over NICs without ordered 128-byte delivery (a multi-node EFA run on p4d/p4de)
+    with a plugin that restricts NCCL to Simple for it (from 2023)."""
+    return int(row["nodes"]) > 1 and any(row["run_id"].startswith(p) for p in UNORDERED_NICS) \
+        and not _old_plugin(row)
 
 
 def protocols_of(row: dict) -> tuple[str, ...] | None:
