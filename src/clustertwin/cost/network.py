@@ -43,7 +43,11 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
 A network plugin may leave NCCL fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
 every communicator of the process) on EFA that does not deliver 128-byte lines in order (p4d/p4de; the
 node's ``nic_ordered_128b_delivery: false``); ``NetworkPricer(..., protocols=...)`` takes an explicit
-NCCL_PROTO on top.
+NCCL_PROTO on top. A job's NCCL_ALGO (``NetworkPricer(..., algorithms=...)``) leaves NCCL the algorithms
+it names, as NCCL applies it: the ring of collectives other than all-reduce always stays (src/graph/tuning.cc
+'Never disable ring for non-allreduce operations'). On two nodes this matters most: a ring sends 2(n-1)/n of
+the buffer over each node's NICs each way, a tree the buffer once, so a run with NCCL_ALGO=Ring (aws-efa-eks's
+p4d nccl-tests job) reaches about half the tree's bus bandwidth.
 
 Inside a node, a switch (NVSwitch) gives a GPU its whole port whatever the group; a full mesh (AMD xGMI,
 the node's ``scaleup_topology``) gives a group of g GPUs of the node only the g - 1 links joining them
@@ -274,11 +278,23 @@ def pipeline_fill_s(nbytes, inv, lanes, fill_rounds, max_chunk, tree):
 
 
 class NetworkPricer:
-    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile, protocols: Sequence[str] | None = None):
+    def __init__(self, cluster: ClusterSpec, profile: HardwareProfile, protocols: Sequence[str] | None = None,
+                 algorithms: Sequence[str] | None = None):
         """``protocols``: the NCCL protocols the fabric allows (NCCL_PROTO; None: all three). A network
         plugin that cannot guarantee 128-byte ordered delivery restricts NCCL to Simple (aws-ofi-nccl on
-        EFA without in-order 128-byte writes: src/platform-aws.cpp sets NCCL_PROTO=simple)."""
+        EFA without in-order 128-byte writes: src/platform-aws.cpp sets NCCL_PROTO=simple).
+        ``algorithms``: the algorithm families a job's NCCL_ALGO leaves NCCL (names of ALGORITHM_FAMILIES;
+        None: all). As NCCL applies it (src/graph/tuning.cc ncclTopoTuneModel: 'Never disable ring for
+        non-allreduce operations'), it removes the others from every collective but keeps the ring of
+        collectives other than all-reduce; NCCL_NVLS_ENABLE=0 is the same as leaving nvls out."""
         self.cluster = cluster
+        bad = [a for a in (algorithms or ()) if a not in ALGORITHM_FAMILIES]
+        if bad or (algorithms is not None and not algorithms):
+            raise SpecError("algorithms", f"unknown or empty NCCL algorithm list {list(algorithms or ())!r}",
+                            f"name one or more of {', '.join(ALGORITHM_FAMILIES)}")
+        self.algorithms = None if algorithms is None else tuple(algorithms)
+        self._allowed_algos = None if algorithms is None else \
+            {ALGORITHMS.index(a) for fam in algorithms for a in ALGORITHM_FAMILIES[fam]}
         unknown = [p for p in (protocols or ()) if p not in PROTOCOLS]
         if unknown or (protocols is not None and not protocols):
             raise SpecError("protocols", f"unknown or empty NCCL protocol list {list(protocols or ())!r}",
@@ -416,6 +432,14 @@ class NetworkPricer:
             allowed = {PROTOCOLS.index(p) for p in self.protocols}
             rows = [tuple(r) + _NO_PIPE if len(r) == 4 else tuple(r) for r in self._menu(kind, pl)
                     if int(r[_PROTO_COL]) in allowed]
+            if self._allowed_algos is not None and kind not in ("send_recv", "all_to_all") and rows:
+                # NCCL_ALGO: NCCL keeps the ring of every collective but all-reduce
+                keep = self._allowed_algos | ({_RING} if kind != "all_reduce" else set())
+                rows = [r for r in rows if int(r[_ALG_COL]) in keep]
+                if not rows:
+                    raise SpecError("algorithms", f"NCCL_ALGO={','.join(self.algorithms or ())} leaves NCCL no "
+                                    f"algorithm for {kind} on {pl.size} GPUs over {pl.nodes} node(s) (NCCL fails: "
+                                    "'no algorithm/protocol available')", "add ring to the algorithms")
             got = self._options[key] = np.array(rows, dtype=float).reshape(-1, _COLS)
         return got
 

@@ -64,9 +64,57 @@ UNORDERED_NICS = {
 }
 
 
+# NCCL_ALGO / NCCL_PROTO a run's documented job set, where its source gives them: run-id prefix ->
+# (algorithm families, protocols or None, source). A row's own "algorithm" column (NCCL_ALGO of a run
+# that forced one) is honoured the same way.
+_EKS_P4D = ("aws-samples/aws-efa-eks examples/nccl-efa-tests.yaml at commit 9933d7f (2021-06-11, the commit "
+            "that added the README's NCCL 2.9.9 launcher log): the MPIJob's mpirun passes '-x NCCL_ALGO=RING' "
+            "and '-x FI_EFA_USE_DEVICE_RDMA=1', -np 16, 4 EFA devices per worker (the log's 8 rings each cross "
+            "each node boundary once via NET/AWS Libfabric/<nic>/GDRDMA)")
+_TCPXO = ("GoogleCloudPlatform/container-engine-accelerators gpudirect-tcpxo/README.md, releases of Jun 27 2024 "
+          "(plugin image v1.0.3) and Aug 06 2024 (v1.0.4), the images the run's startup scripts pull "
+          "(lessizzmore/create-a3mega-ztan-fork startup_script.sh, startup_script_ubuntu.sh), whose "
+          "nccl-env-profile.sh the run sources: NCCL_ALGO=Ring,Tree, NCCL_PROTO=Simple, NCCL_NVLS_ENABLE=0, "
+          "NCCL_MIN_NCHANNELS=4, NCCL_BUFFSIZE=8388608, NCCL 2.21.5")
+NCCL_ENV = {
+    "aws-p4d-2node-eks": (("ring",), None, _EKS_P4D),
+    "gcp-a3mega": (("ring", "tree"), ("simple",), _TCPXO),
+}
+
+
+def nccl_env_of(row: dict) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """(NCCL_ALGO families, NCCL_PROTO) of a row's run: its documented job settings, else the algorithm
+    its "algorithm" column says was forced, else NCCL's defaults (None, None)."""
+    for prefix, (algos, protos, _source) in NCCL_ENV.items():
+        if row["run_id"].startswith(prefix):
+            return algos, protos
+    forced = (row.get("algorithm") or "").strip()
+    return ((forced,) if forced and forced != "auto" else None), None
+
+
+# Runs whose aws-ofi-nccl predates both of the plugin settings above: run-id prefix -> source. The plugin
+# began setting NCCL_PROTO=simple in January 2023 and reporting a latency to NCCL in May 2023; a 2021 run
+# got NCCL's default protocols and no plugin latency (NCCL 2.9.9's net API has no latency field).
+_OFI_2021 = ("aws/aws-ofi-nccl: tags v1.1.2-aws (2021-04-13) and v1.1.3-aws (2021-06-18) setenv only "
+             "NCCL_TOPO_FILE and RDMAV_FORK_SAFE (src/nccl_ofi_net.c); NCCL_PROTO=simple came with commit "
+             "f62e4054 (2023-01-25, 'Also set the NCCL_PROTO to simple when appropriate'), the reported "
+             "latency with 40110dc0 (2023-05-31, 'Variable internode latency reported to NCCL'); the run's "
+             "log (NCCL 2.9.9, 2021-06-11) shows the plugin setting NCCL_TOPO_FILE and "
+             "OFI_NCCL_GDR_FLUSH_DISABLE and no NCCL_PROTO")
+PLUGIN_BEFORE_2023 = {
+    "aws-p4d-2node-eks": _OFI_2021,
+}
+
+
+def _old_plugin(row: dict) -> bool:
+    return any(row["run_id"].startswith(p) for p in PLUGIN_BEFORE_2023)
+
+
 def _unordered_nics(row: dict) -> bool:
-    """Whether the row's nodes talk over NICs without ordered 128-byte delivery (a multi-node EFA run on p4d/p4de)."""
-    return int(row["nodes"]) > 1 and any(row["run_id"].startswith(p) for p in UNORDERED_NICS)
+    """Whether the row's nodes talk over NICs without ordered 128-byte delivery (a multi-node EFA run on p4d/p4de)
+    with a plugin that restricts NCCL to Simple for it (from 2023)."""
+    return int(row["nodes"]) > 1 and any(row["run_id"].startswith(p) for p in UNORDERED_NICS) \
+        and not _old_plugin(row)
 
 
 def protocols_of(row: dict) -> tuple[str, ...] | None:
@@ -150,10 +198,12 @@ def compare(path: str | Path) -> list[Compared]:
             if t is None or t <= 0:
                 continue
             cluster = cluster_of(row)
-            key = repr(cluster)
+            algos, protos = nccl_env_of(row)
+            key = repr((cluster, algos, protos))
             pricer = pricers.get(key)
             if pricer is None:
-                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu))
+                pricer = pricers[key] = NetworkPricer(cluster, profile_for(cluster.gpu), protocols=protos,
+                                                      algorithms=algos)
             n = int(row["num_gpus"])
             nbytes = float(row["bytes"])
             # the code path of `clustertwin collective` (and of the training model's collectives)
