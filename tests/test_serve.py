@@ -515,9 +515,31 @@ def test_split_kv_combine_kernel_only_on_small_decode_batches():
     assert v.kernel_count(1, prefill=True) == v.kernels
     t = StepPricer(setup(engine=get_engine("trtllm")))
     assert t.kernel_count(1) == t.kernels
-    # the overhead is the gaps of the counted kernels plus the engine's host time (CUDA graph decode)
+    # the overhead is the counted kernels' boundaries plus the engine's host time (CUDA graph decode); at
+    # batch 1 every kernel streams its weights, so each pays the decode stall (5 us) instead of the 1 us gap
     c = v.price(decode_seqs=1, decode_context=1000)
-    assert c.overhead_s == pytest.approx(v.kernel_count(1) * 1e-6 + v.s.engine.step_overhead_s)
+    assert v.compute_bound_kernels(1) == 0
+    assert c.overhead_s == pytest.approx(v.kernel_count(1) * 5e-6 + v.s.engine.step_overhead_s)
+
+
+def test_decode_kernel_stall_applies_to_streaming_kernels_of_decode_steps_only():
+    """A decode-only step's streaming kernels each idle the GPU serve.decode_kernel_stall_s (Hazy Research's
+    per-kernel bubble); a step with prefill keeps the 1 us gap; compute-bound GEMMs (their fill/drain priced
+    in the GEMM) keep the gap; the stall does not depend on bandwidth."""
+    from clustertwin.constants import value
+    stall, gap = value("serve.decode_kernel_stall_s"), value("host.kernel_gap_s")
+    p = StepPricer(setup(engine=get_engine("trtllm")))
+    host = p.s.engine.step_overhead_s
+    one = p.price(decode_seqs=1, decode_context=500)
+    assert one.overhead_s == pytest.approx(p.kernels * stall + host)
+    pre = p.price(prefill=((512, 0),))
+    assert pre.overhead_s >= p.kernels * gap + host - 1e-12 and pre.overhead_s < one.overhead_s
+    big = p.price(decode_seqs=2048, decode_context=2048 * 500)
+    cb = p.compute_bound_kernels(2048)
+    assert cb > 0 and big.overhead_s < one.overhead_s
+    assert p.stalled_kernels(p.kernels, 2048, False) == p.kernels - cb
+    h200 = StepPricer(setup(gpu="h200", engine=get_engine("trtllm")))
+    assert h200.overhead(0.0, True, 100, 100) == pytest.approx(p.overhead(0.0, True, 100, 100))
 
 
 def test_a_token_budget_below_the_batch_limit_is_refused(capsys):
