@@ -540,6 +540,8 @@ def test_decode_kernel_stall_applies_to_streaming_kernels_of_decode_steps_only()
     assert p.stalled_kernels(p.kernels, 2048, False) == p.kernels - cb
     h200 = StepPricer(setup(gpu="h200", engine=get_engine("trtllm")))
     assert h200.overhead(0.0, True, 100, 100) == pytest.approx(p.overhead(0.0, True, 100, 100))
+    amd = StepPricer(setup(gpu="mi300x", engine=get_engine("vllm")))     # measured on NVIDIA only
+    assert amd.overhead(0.0, True, 100, 100) == pytest.approx(100 * gap + amd.s.engine.step_overhead_s)
 
 
 def test_a_token_budget_below_the_batch_limit_is_refused(capsys):

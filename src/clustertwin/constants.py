@@ -1073,7 +1073,8 @@ _SERVE_KERNELS = [
              "bandwidth on Llama-3.2-1B at batch 1 (about 115 kernels a step) where one megakernel reaches 78%",
              "serving step overhead: GPU idle per kernel of a decode-only step whose work is priced as streaming "
              "(memory-bound: no fill or drain term), in place of host.kernel_gap_s; compute-bound GEMMs keep "
-             "their fill/drain (profile gemm_fixed_s) and the gap"),
+             "their fill/drain (profile gemm_fixed_s) and the gap; NVIDIA GPUs only (measured on H100, the "
+             "post also runs B200): AMD GPUs keep host.kernel_gap_s, no ROCm measurement at hand"),
     Constant("serve.attn_split_fill", 0.8, "fraction",
              "flash-attention csrc flash_api.cpp num_splits_heuristic: one split once batch x heads x "
              "m-blocks reach 80% of the SMs",

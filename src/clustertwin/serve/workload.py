@@ -313,6 +313,8 @@ class StepPricer:
         self._split_below = _SPLIT_FILL * gpu.sm_count / max(1, setup.kv_heads_gpu)
         self._tok: dict[int, tuple[float, float, float]] = {}
         self._cb: dict[int, int] = {}     # tokens -> compute-bound GEMM kernels of all layers and the head
+        # the decode stall is measured on NVIDIA GPUs (H100; B200 in the same post); others keep the gap
+        self._stall = _DECODE_STALL if gpu.vendor == "nvidia" else _GAP
         self._head: dict[int, tuple[float, float]] = {}
         self._pre: dict[tuple[int, int], tuple[float, float]] = {}
         self._proj: dict[int, float] = {}
@@ -480,9 +482,10 @@ class StepPricer:
     def overhead(self, gpu_s: float, graph: bool, kernels: int | None = None, stalled: int = 0) -> float:
         """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time.
         ``stalled`` of the kernels are streaming kernels of a decode-only step: each idles the GPU for
-        serve.decode_kernel_stall_s (straggler blocks, launch, first loads) instead of the plain gap."""
+        serve.decode_kernel_stall_s (straggler blocks, launch, first loads) instead of the plain gap
+        (NVIDIA GPUs, where it was measured)."""
         k = self.kernels if kernels is None else kernels
-        gaps = k * _GAP + min(stalled, k) * (_DECODE_STALL - _GAP)
+        gaps = k * _GAP + min(stalled, k) * (self._stall - _GAP)
         launch = gaps if graph else max(gaps, k * _EAGER_DISPATCH - gpu_s)
         return launch + self.s.engine.step_overhead_s
 
