@@ -301,11 +301,22 @@ def test_dataset_sampling_is_deterministic_and_from_the_published_sample() -> No
 def test_dataset_without_published_lengths_is_refused_with_the_reason() -> None:
     from clustertwin.errors import DataError
     from clustertwin.serve.dataset import missing, sample
-    assert "input-length" in missing("openorca") and "input-length" in missing("mlperf-mixtral")
+    assert "input-length" in missing("mlperf-mixtral")
     with pytest.raises(DataError):
-        sample("openorca", 10)
+        sample("mlperf-mixtral", 10)
     with pytest.raises(DataError):
         sample("no-such-set", 10)
+
+
+def test_openorca_draws_its_published_means() -> None:
+    """MLPerf llama2-70b's set: 5,463,976 input tokens over 24,576 samples (222.3 each) and the reference
+    run's 294.45 output tokens per sample; only the means are published, so every request gets them."""
+    from clustertwin.serve.dataset import missing, sample
+    assert missing("openorca") == ""
+    inp, out = sample("openorca", 8, seed=1)
+    assert (inp == round(5463976 / 24576)).all() and (inp == 222).all()
+    assert (out == 294).all()
+    assert (sample("mlperf-openorca", 3, output_len=100)[1] == 100).all()
 
 
 def test_serve_draws_a_named_dataset(capsys) -> None:
@@ -313,7 +324,7 @@ def test_serve_draws_a_named_dataset(capsys) -> None:
                                      request_rate=2, num_requests=60, seed=3))
     assert r.fits and len(set(r.sim.requests.input_len.tolist())) > 10
     assert any(a.startswith("dataset sharegpt") for a in r.assumptions)
-    code, out, err = run(capsys, "serve", "--dataset", "openorca", "--num-requests", "5")
+    code, out, err = run(capsys, "serve", "--dataset", "mlperf-mixtral", "--num-requests", "5")
     assert code == 2 and err.startswith("error: dataset:")
 
 
@@ -325,7 +336,7 @@ def test_dataset_rows_are_predicted_from_a_trace_or_a_named_dataset(tmp_path) ->
     base = dict(zip(head, src[1].split(",")))
     rows = []
     for rid, url, ds in (("tr", "https://example.org/runs/run-a.json", "sharegpt"), ("ds", "", "sharegpt"),
-                         ("no", "", "openorca")):
+                         ("no", "", "mlperf-mixtral")):
         d = dict(base, run_id=rid, source_url=url, input_len="", output_len="", dataset=ds, num_requests="40")
         rows.append(",".join(d[h] for h in head))
     (tmp_path / "runs.csv").write_text("\n".join([src[0], *rows]) + "\n", encoding="utf-8")
@@ -336,7 +347,7 @@ def test_dataset_rows_are_predicted_from_a_trace_or_a_named_dataset(tmp_path) ->
     by = {r.run_id: r for r in rep.rows}
     assert by["tr"].predicted and any("per-request" in a for a in by["tr"].assumptions)
     assert by["ds"].predicted and by["ds"].predicted != by["tr"].predicted
-    assert by["no"].predicted is None and "openorca" in by["no"].reason
+    assert by["no"].predicted is None and "mlperf-mixtral" in by["no"].reason
 
 
 # ---- engine options: attention data parallelism, multi-step scheduling, eager ------------------------
@@ -504,9 +515,33 @@ def test_split_kv_combine_kernel_only_on_small_decode_batches():
     assert v.kernel_count(1, prefill=True) == v.kernels
     t = StepPricer(setup(engine=get_engine("trtllm")))
     assert t.kernel_count(1) == t.kernels
-    # the overhead is the gaps of the counted kernels plus the engine's host time (CUDA graph decode)
+    # the overhead is the counted kernels' boundaries plus the engine's host time (CUDA graph decode); at
+    # batch 1 every kernel streams its weights, so each pays the decode stall (5 us) instead of the 1 us gap
     c = v.price(decode_seqs=1, decode_context=1000)
-    assert c.overhead_s == pytest.approx(v.kernel_count(1) * 1e-6 + v.s.engine.step_overhead_s)
+    assert v.compute_bound_kernels(1) == 0
+    assert c.overhead_s == pytest.approx(v.kernel_count(1) * 5e-6 + v.s.engine.step_overhead_s)
+
+
+def test_decode_kernel_stall_applies_to_streaming_kernels_of_decode_steps_only():
+    """A decode-only step's streaming kernels each idle the GPU serve.decode_kernel_stall_s (Hazy Research's
+    per-kernel bubble); a step with prefill keeps the 1 us gap; compute-bound GEMMs (their fill/drain priced
+    in the GEMM) keep the gap; the stall does not depend on bandwidth."""
+    from clustertwin.constants import value
+    stall, gap = value("serve.decode_kernel_stall_s"), value("host.kernel_gap_s")
+    p = StepPricer(setup(engine=get_engine("trtllm")))
+    host = p.s.engine.step_overhead_s
+    one = p.price(decode_seqs=1, decode_context=500)
+    assert one.overhead_s == pytest.approx(p.kernels * stall + host)
+    pre = p.price(prefill=((512, 0),))
+    assert pre.overhead_s >= p.kernels * gap + host - 1e-12 and pre.overhead_s < one.overhead_s
+    big = p.price(decode_seqs=2048, decode_context=2048 * 500)
+    cb = p.compute_bound_kernels(2048)
+    assert cb > 0 and big.overhead_s < one.overhead_s
+    assert p.stalled_kernels(p.kernels, 2048, False) == p.kernels - cb
+    h200 = StepPricer(setup(gpu="h200", engine=get_engine("trtllm")))
+    assert h200.overhead(0.0, True, 100, 100) == pytest.approx(p.overhead(0.0, True, 100, 100))
+    amd = StepPricer(setup(gpu="mi300x", engine=get_engine("vllm")))     # measured on NVIDIA only
+    assert amd.overhead(0.0, True, 100, 100) == pytest.approx(100 * gap + amd.s.engine.step_overhead_s)
 
 
 def test_a_token_budget_below_the_batch_limit_is_refused(capsys):
@@ -517,3 +552,16 @@ def test_a_token_budget_below_the_batch_limit_is_refused(capsys):
                          "--output-len", "16", "--num-requests", "10", "--concurrency", "2")
     assert code == 2 and "max-num-batched-tokens" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_poisson_row_simulates_its_whole_run_and_an_offline_row_a_sample() -> None:
+    """An open loop near saturation reaches its steady batch only after about one end-to-end latency of
+    arrivals, so a Poisson row keeps its request count (MLPerf Server: rate x minimum duration); offline
+    and closed-loop rows are sampled (their steady state comes within a few thousand requests)."""
+    from clustertwin.validate.serving import MAX_POISSON_REQUESTS, MAX_REQUESTS, request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(workload="poisson", request_rate="101.25", concurrency="", num_requests="243000")
+    assert request_of(row, []).num_requests == 243000 <= MAX_POISSON_REQUESTS
+    row.update(workload="offline", request_rate="", num_requests="274560")
+    assert request_of(row, []).num_requests == MAX_REQUESTS

@@ -1062,6 +1062,19 @@ _SERVE_KERNELS = [
              "cuda::atomic, reduces), and XQA's multi-block mode merges in-kernel with semaphores: no second "
              "kernel",
              "serving step overhead: kernels a layer adds when decode attention splits the KV length"),
+    Constant("serve.decode_kernel_stall_s", 5e-6, "s",
+             "Spector, Juravsky et al., Hazy Research 'Look Ma, No Bubbles! Designing a Low-Latency Megakernel "
+             "for Llama-1B' (2025-05-27, hazyresearch.stanford.edu/blog/2025-05-27-no-bubbles): between two "
+             "kernels of a memory-bound decode step no weights load (a kernel's blocks wait for the previous "
+             "kernel's stragglers; launch costs about 1.3 us on H100 even under CUDA graphs, 2.1 us on a "
+             "stream, measured with a dummy kernel; the next kernel then waits for its first weight and "
+             "activation loads), 'an optimistic 5 us of stalling per kernel (counting stragglers, kernel "
+             "launch, and memory latencies)'; their figures agree: vLLM and SGLang reach at most 50% of H100 "
+             "bandwidth on Llama-3.2-1B at batch 1 (about 115 kernels a step) where one megakernel reaches 78%",
+             "serving step overhead: GPU idle per kernel of a decode-only step whose work is priced as streaming "
+             "(memory-bound: no fill or drain term), in place of host.kernel_gap_s; compute-bound GEMMs keep "
+             "their fill/drain (profile gemm_fixed_s) and the gap; NVIDIA GPUs only (measured on H100, the "
+             "post also runs B200): AMD GPUs keep host.kernel_gap_s, no ROCm measurement at hand"),
     Constant("serve.attn_split_fill", 0.8, "fraction",
              "flash-attention csrc flash_api.cpp num_splits_heuristic: one split once batch x heads x "
              "m-blocks reach 80% of the SMs",

@@ -393,10 +393,13 @@ def mlperf_inference_v41() -> list[dict[str, str]]:
             rows.append(_row(run_id, model, "requests_per_s", stats["Samples per second"],
                              base + "; 'Samples per second'", **fields))
         else:
-            fields.update(workload="poisson", request_rate=stats["target_qps"])
+            rate, dur = stats["Scheduled samples per second"], int(stats["min_duration (ms)"]) // 1000
+            n = round(float(rate) * dur)
+            fields.update(workload="poisson", request_rate=stats["target_qps"], num_requests=n)
             base += (f"Server scenario: LoadGen issues single-sample queries with Poisson arrivals at target_qps "
-                     f"{stats['target_qps']} (scheduled {stats['Scheduled samples per second']}/s), for at least "
-                     f"{int(stats['min_duration (ms)']) // 1000} s (number of requests not in the summary); "
+                     f"{stats['target_qps']} (scheduled {rate}/s), for at least {dur} s; num_requests {n} = "
+                     f"scheduled rate x minimum duration, a lower bound of the queries LoadGen issued (their count "
+                     f"is not in the summary); "
                      f"latency constraints TTFT p99 <= 2 s, TPOT p99 <= 200 ms, met (VALID)")
             rows.append(_row(run_id, model, "output_tokens_per_s", stats["Completed tokens per second"],
                              base + "; 'Completed tokens per second' (output tokens, whole system)", **fields))

@@ -71,10 +71,18 @@ OPENORCA = Dataset(
     ("mean output: 294.45 tokens per sample, the reference FP16 run's 'Tokens per sample' accuracy target "
      "(closed division must lie within 90-110% of it), mlcommons/inference language/llama2-70b/README.md, "
      "'Accuracy Target'",
-     "inputs at most 1,024 tokens (processorca.py --seqlen_limit=1024, same README); no published mean or "
-     "distribution of the input lengths was found"),
+     "mean input: 5,463,976 input tokens over the 24,576 samples = 222.3 tokens (min 48, max 1,021), the "
+     "tok_input_length statistics of the official pickle (open_orca_gpt4_tokenized_llama.sampled_24576.pkl.gz, "
+     "md5 c247a315b9328365f66d2c2585b35cd4) recorded in FlashLab-MBZUAI/HBFSim "
+     "validation/calibration/h100-llama2-70b-calibration-protocol.json (workload_evidence.lengths_csv."
+     "input_tokens), commit 96cf1b37cd60e8fabb77967a591cf60edb8d1f23; the same file gives the GPT-4 reference "
+     "outputs' 5,379,553 tokens (218.9 per sample), which is not what Llama 2 generates",
+     "inputs at most 1,024 tokens (processorca.py --seqlen_limit=1024, same README); only the mean, minimum "
+     "and maximum of the input lengths are published, not their distribution"),
+    input_mean=5463976 / 24576,
     output_mean=294.45,
-    output_note="mean 294.45 tokens (published); spread not published",
+    output_note="every request has the published mean input (222 tokens) and mean output (294.45 tokens); "
+                "the spread of either is not published",
     aliases=("mlperf-openorca", "open-orca"),
 )
 

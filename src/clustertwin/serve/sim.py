@@ -193,7 +193,8 @@ class Simulator:
         tensor, memory = g + hg + ag, mb + hm + am
         gpu = tensor + memory + comm
         graph = not prefill and seqs <= self.graph_max
-        over = p.overhead(gpu, graph)
+        stalled = 0 if prefill else p.stalled_kernels(p.kernels, -(-tokens // micro), hg > 0)
+        over = p.overhead(gpu, graph, None, stalled)
         k = self._kind_s    # busy seconds by power kind (serve/energy.py): the step breakdown's buckets
         k[0] += tensor
         k[1] += memory

@@ -62,6 +62,7 @@ ACT_BYTES = 2.0   # activations stay 16-bit
 _SPLIT_FILL = value("serve.attn_split_fill")   # split-KV decode only below this fill of the SMs
 _GAP = value("host.kernel_gap_s")                    # GPU idle between kernels on a busy queue
 _EAGER_DISPATCH = value("host.compiled_per_kernel_s")  # host time per kernel outside a CUDA graph
+_DECODE_STALL = value("serve.decode_kernel_stall_s")  # GPU idle per streaming kernel of a decode-only step
 
 
 def parse_serve_plan(text: str | None) -> dict[str, int]:
@@ -311,6 +312,9 @@ class StepPricer:
         self.split_kernels = int(self.layers * kc["attn_split"])
         self._split_below = _SPLIT_FILL * gpu.sm_count / max(1, setup.kv_heads_gpu)
         self._tok: dict[int, tuple[float, float, float]] = {}
+        self._cb: dict[int, int] = {}     # tokens -> compute-bound GEMM kernels of all layers and the head
+        # the decode stall is measured on NVIDIA GPUs (H100; B200 in the same post); others keep the gap
+        self._stall = _DECODE_STALL if gpu.vendor == "nvidia" else _GAP
         self._head: dict[int, tuple[float, float]] = {}
         self._pre: dict[tuple[int, int], tuple[float, float]] = {}
         self._proj: dict[int, float] = {}
@@ -346,6 +350,7 @@ class StepPricer:
             return got
         s, m = self.s, self.s.model
         gemm = mem = comm = 0.0
+        cb = 0
         for moe, count in ((False, self.dense_layers), (True, self.moe_layers)):
             if not count:
                 continue
@@ -353,6 +358,7 @@ class StepPricer:
             for g in s.gemms(t, moe):
                 a, b = self._gemm(*g)
                 gc, mc = gc + a, mc + b
+                cb += count if a > 0 else 0
             mc += self._elementwise_bytes(t) / self.mem_bw
             msg = t * m.hidden_size * ACT_BYTES
             cc = 0.0
@@ -367,8 +373,20 @@ class StepPricer:
         if s.pp > 1:
             comm += (s.pp - 1) * self.net.time("send_recv", t * m.hidden_size * ACT_BYTES, self.pp_group)
         mem += t * m.hidden_size * ACT_BYTES * 2 / self.mem_bw   # embedding gather
+        self._cb[t] = cb
         got = self._tok[t] = (gemm, mem, comm)
         return got
+
+    def compute_bound_kernels(self, t: int) -> int:
+        """Layer GEMM kernels (all layers) priced compute-bound for ``t`` tokens: their fill and drain are
+        in the GEMM's fixed time, so a decode step's streaming stall does not apply to them. Above 64 tokens
+        the count at the bucket below (the simulator prices those token counts between buckets)."""
+        if t > 64:
+            step = 1 << (t.bit_length() - 5)
+            t = (t // step) * step
+        if t not in self._cb:
+            self.tokens_part(t)
+        return self._cb[t]
 
     def head_part(self, rows: int) -> tuple[float, float]:
         """(gemm, memory-bound) seconds of the output head for ``rows`` sampled tokens (16-bit weights)."""
@@ -456,10 +474,19 @@ class StepPricer:
         split = not prefill and 0 < decode_seqs < self._split_below
         return self.kernels + (self.split_kernels if split else 0)
 
-    def overhead(self, gpu_s: float, graph: bool, kernels: int | None = None) -> float:
-        """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time."""
+    def stalled_kernels(self, kernels: int, tokens: int, head_compute_bound: bool) -> int:
+        """Kernels of a decode-only step of ``tokens`` tokens that pay the streaming stall: all but the
+        compute-bound GEMMs (layers and head)."""
+        return max(0, kernels - self.compute_bound_kernels(tokens) - int(head_compute_bound))
+
+    def overhead(self, gpu_s: float, graph: bool, kernels: int | None = None, stalled: int = 0) -> float:
+        """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time.
+        ``stalled`` of the kernels are streaming kernels of a decode-only step: each idles the GPU for
+        serve.decode_kernel_stall_s (straggler blocks, launch, first loads) instead of the plain gap
+        (NVIDIA GPUs, where it was measured)."""
         k = self.kernels if kernels is None else kernels
-        launch = k * _GAP if graph else max(k * _GAP, k * _EAGER_DISPATCH - gpu_s)
+        gaps = k * _GAP + min(stalled, k) * (self._stall - _GAP)
+        launch = gaps if graph else max(gaps, k * _EAGER_DISPATCH - gpu_s)
         return launch + self.s.engine.step_overhead_s
 
     # ---- one iteration -------------------------------------------------------------------------
@@ -484,8 +511,12 @@ class StepPricer:
         ag += self.attention_dp_excess(prefill, decode_seqs) / micro
         gpu = g + mb + comm + hg + hm + ag + am
         graph = not prefill and seqs <= self.s.engine.cuda_graph_max_batch * self.s.attention_dp
+        kernels = self.kernel_count(decode_seqs, bool(prefill))
+        # a decode-only step streams weights through short dependent kernels: every kernel not priced
+        # compute-bound (with its own fill/drain) pays the pipeline stall at its boundary
+        stalled = 0 if prefill else self.stalled_kernels(kernels, -(-tokens // micro), hg > 0)
         return StepCost(gemm_s=g + hg, attention_s=ag, memory_bound_s=mb + hm + am, communication_s=comm,
-                        overhead_s=self.overhead(gpu, graph, self.kernel_count(decode_seqs, bool(prefill))))
+                        overhead_s=self.overhead(gpu, graph, kernels, max(0, stalled)))
 
     def time(self, prefill: tuple[tuple[int, int], ...], decode_seqs: int, decode_context: int) -> float:
         return self.price(prefill, decode_seqs, decode_context).total_s

@@ -230,6 +230,10 @@ def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
     return out
 
 
+MAX_REQUESTS = 5000              # requests simulated per row (offline, closed loop, static)
+MAX_POISSON_REQUESTS = 300_000   # per Poisson row: MLPerf Server runs issue rate x >= 600 s
+
+
 def trace_of(r: dict, base_dir: Path | None) -> Path | None:
     """The run's own per-request lengths, when published: ``serving_sources/lengths/<result file>.csv``
     beside the CSV (columns input_len, output_len), named after the file ``source_url`` points to."""
@@ -304,7 +308,10 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
     if n is None:
         n = 1000
         notes.append("num_requests empty: assumed 1000")
-    n = min(n, 5000)
+    # simulated requests: a closed loop or an offline batch reaches its steady state within a few thousand
+    # requests; an open (Poisson) loop near saturation fills its batch only after about one end-to-end
+    # latency of arrivals and drains for as long after the last, so its row simulates the whole measured run
+    n = min(n, MAX_POISSON_REQUESTS if workload == "poisson" else MAX_REQUESTS)
     gpu = _cell(r, "gpu")
     if not gpu:
         raise DataError("gpu", "empty", "fill the catalog GPU name")
