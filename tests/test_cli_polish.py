@@ -1,0 +1,63 @@
+"""Refusals and defaults a user meets on the command line: each bad input is one line naming the field
+and the fix, exit code 2, no traceback; an input the user did not give takes the documented default."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from clustertwin.cli import main
+
+
+def run(capsys, *args) -> tuple[int, str, str]:
+    code = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def refused(code: int, err: str, *words: str) -> str:
+    assert "Traceback" not in err, err
+    lines = err.strip().splitlines()
+    assert code == 2, (code, err)
+    assert len(lines) == 1, err
+    assert re.match(r"error: [^:;]+: .+", lines[0]), lines[0]
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# ---- serve: a token budget below a whole request without chunked prefill ---------------------------------
+
+SERVE = ("serve", "-m", "llama3-8b", "--gpu", "h100", "--num-gpus", "1", "--num-requests", "8", "--concurrency", "2")
+
+
+def test_unchunked_budget_below_the_request_is_refused(capsys):
+    """vLLM refuses max_num_batched_tokens < max_model_len with chunked prefill off; the smallest max_model_len
+    serving 2,048 + 128-token requests is 2,176, so a budget of 512 (or 2,048: the output does not fit) is refused."""
+    for budget in (512, 2048):
+        code, _, err = run(capsys, *SERVE, "--no-chunked-prefill", "--max-num-batched-tokens", budget,
+                           "--input-len", 2048, "--output-len", 128)
+        line = refused(code, err, "max-num-batched-tokens", "2176", "--no-chunked-prefill")
+        assert f"{budget:,} tokens per step" in line
+
+
+def test_unchunked_budget_holding_the_request_runs(capsys):
+    code, out, err = run(capsys, *SERVE, "--no-chunked-prefill", "--max-num-batched-tokens", 2176,
+                         "--input-len", 2048, "--output-len", 128, "--json")
+    assert code == 0, err
+    assert json.loads(out)["schema"] == 1
+
+
+def test_a_small_budget_with_chunked_prefill_is_chunking_not_an_error(capsys):
+    code, _, err = run(capsys, *SERVE, "--max-num-batched-tokens", 512, "--input-len", 2048, "--output-len", 16,
+                       "--json")
+    assert code == 0, err
+
+
+def test_unchunked_budget_below_the_longest_dataset_request_is_refused(capsys, tmp_path):
+    f = tmp_path / "lengths.csv"
+    f.write_text("input_len,output_len\n100,10\n3000,50\n200,20\n")
+    code, _, err = run(capsys, "serve", "-m", "llama3-8b", "--gpu", "h100", "--num-gpus", "1", "--dataset-file", f,
+                       "--no-chunked-prefill", "--max-num-batched-tokens", 2048)
+    refused(code, err, "max-num-batched-tokens", "dataset-file", "3,000 + 50", "3050")
