@@ -61,3 +61,37 @@ def test_unchunked_budget_below_the_longest_dataset_request_is_refused(capsys, t
     code, _, err = run(capsys, "serve", "-m", "llama3-8b", "--gpu", "h100", "--num-gpus", "1", "--dataset-file", f,
                        "--no-chunked-prefill", "--max-num-batched-tokens", 2048)
     refused(code, err, "max-num-batched-tokens", "dataset-file", "3,000 + 50", "3050")
+
+
+# ---- --framework with no --plan: the stack's default ZeRO stage ----------------------------------------
+
+
+@pytest.mark.parametrize("framework,zero", [("megatron@2021", 0), ("megatron-lm@2021", 0), ("torchtitan", 3),
+                                            ("megatron", 1)])
+def test_framework_without_plan_takes_the_stacks_zero_stage(capsys, framework, zero):
+    from clustertwin.jobs import JobOptions, job_from_options
+    for o in (JobOptions(framework=framework), JobOptions(framework=framework, model="gpt3-1.3b", num_gpus=8)):
+        assert job_from_options(o).plan.zero_stage == zero
+    code, out, err = run(capsys, "predict", "--framework", framework, "--json")
+    assert code == 0, err
+
+
+def test_default_job_keeps_zero_1_under_megatron():
+    """The README's default job (plan tp=2,pp=1,dp=32,zero=1) is unchanged under the default framework."""
+    from clustertwin.jobs import DEFAULT_PLAN, JobOptions, job_from_options, make_training_job
+    a = job_from_options(JobOptions())
+    b = make_training_job("llama3-8b", plan=DEFAULT_PLAN, micro_batch=1, seq_len=8192)
+    assert a.plan == b.plan and a.plan.zero_stage == 1
+
+
+def test_explicit_zero_the_stack_lacks_is_still_refused(capsys):
+    code, _, err = run(capsys, "predict", "--framework", "megatron@2021", "--plan", "tp=2,pp=1,dp=32,zero=1")
+    refused(code, err, "zero_stage", "ZeRO-1")
+
+
+@pytest.mark.parametrize("cmd", [("sim",), ("energy",), ("trace", "--format", "json", "-o", "{tmp}/t.json"),
+                                 ("compare", "--gpu", "h100", "--gpu", "a100-80gb")])
+def test_other_commands_take_the_stacks_zero_stage(capsys, tmp_path, cmd):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in cmd]
+    code, _, err = run(capsys, *args, "--framework", "megatron@2021")
+    assert code == 0, err
