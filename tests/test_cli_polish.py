@@ -95,3 +95,51 @@ def test_other_commands_take_the_stacks_zero_stage(capsys, tmp_path, cmd):
     args = [a.replace("{tmp}", str(tmp_path)) for a in cmd]
     code, _, err = run(capsys, *args, "--framework", "megatron@2021")
     assert code == 0, err
+
+
+# ---- goodput: host checkpoint rates on the command line ----------------------------------------------
+
+
+def _ckpt(capsys, *flags):
+    code, out, err = run(capsys, "goodput", "--tokens", "1T", "--json", *flags)
+    assert code == 0, err
+    return json.loads(out)["checkpoint"]
+
+
+def test_host_checkpoint_rates_are_parsed_with_units(capsys):
+    """A sync checkpoint's stall = pageable copy + max(serialisation, storage): faster host rates shrink it."""
+    base = _ckpt(capsys)
+    fast = _ckpt(capsys, "--pageable-copy-bandwidth", "12.6GB/s", "--serialize-bandwidth", "2GiB/s")
+    slow = _ckpt(capsys, "--pageable-copy-bandwidth", "700MB/s")
+    assert fast["blocking_s"] < base["blocking_s"] < slow["blocking_s"]
+    # the copy term alone: the largest shard at 700 MB/s instead of 1.4 GB/s
+    shard = base["bytes_per_gpu_max"]
+    assert slow["blocking_s"] - base["blocking_s"] == pytest.approx(shard / 0.7e9 - shard / 1.4e9, rel=1e-6)
+
+
+@pytest.mark.parametrize("flag,value,words", [
+    ("--pageable-copy-bandwidth", "1.4", ("pageable-copy-bandwidth", "no unit")),
+    ("--serialize-bandwidth", "700", ("serialize-bandwidth", "no unit")),
+    ("--pageable-copy-bandwidth", "1.4MB/s", ("pageable-copy-bandwidth", "plausible", "450 GB/s")),
+    ("--serialize-bandwidth", "2TB/s", ("serialize-bandwidth", "plausible", "500 GB/s")),
+    ("--serialize-bandwidth", "0GB/s", ("serialize-bandwidth",)),
+    ("--pageable-copy-bandwidth", "fast", ("pageable-copy-bandwidth",)),
+])
+def test_bad_host_checkpoint_rates_are_refused(capsys, flag, value, words):
+    code, _, err = run(capsys, "goodput", "--tokens", "1T", flag, value)
+    refused(code, err, *words)
+
+
+def test_host_rates_are_bounded_in_the_python_api_too():
+    from clustertwin.errors import ClusterTwinError
+    from clustertwin.reliability.goodput import GoodputOptions
+    assert GoodputOptions(pageable_copy_bytes_per_s="12.6GB/s").pageable_copy_bytes_per_s == pytest.approx(12.6e9)
+    with pytest.raises(ClusterTwinError, match="pageable_copy_bytes_per_s"):
+        GoodputOptions(pageable_copy_bytes_per_s=1.4)          # 1.4 B/s: GB/s meant
+    with pytest.raises(ClusterTwinError, match="serialize_bytes_per_s"):
+        GoodputOptions(serialize_bytes_per_s=1e13)
+
+
+def test_goodput_help_lists_the_host_rate_flags(capsys):
+    code, out, _ = run(capsys, "goodput", "--help")
+    assert code == 0 and "--pageable-copy-bandwidth" in out and "--serialize-bandwidth" in out
