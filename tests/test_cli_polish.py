@@ -143,3 +143,21 @@ def test_host_rates_are_bounded_in_the_python_api_too():
 def test_goodput_help_lists_the_host_rate_flags(capsys):
     code, out, _ = run(capsys, "goodput", "--help")
     assert code == 0 and "--pageable-copy-bandwidth" in out and "--serialize-bandwidth" in out
+
+
+# ---- the validation reports share their row bookkeeping ----------------------------------------------
+
+
+def test_training_and_serving_reports_split_rows_and_group_errors_alike():
+    from clustertwin.validate.compare import RowResult, ValidationReport
+    from clustertwin.validate.serving import ServingReport, ServingRow
+    t = ValidationReport([RowResult("a", "step_time_s", 2.0, 2.2, 0.1), RowResult("b", "mfu", 0.4, None, None, "x"),
+                          RowResult("c", "step_time_s", 1.0, 0.7, -0.3)])
+    assert [r.run_id for r in t.ok_rows] == ["a", "c"] and [r.run_id for r in t.failed_rows] == ["b"]
+    assert t.mape_by_metric == pytest.approx({"step_time_s": 0.2})
+    s = ServingReport([ServingRow("r1", "ttft_mean_s", 1.0, {}, 2, source="z", predicted=1.5),
+                       ServingRow("r2", "ttft_mean_s", 2.0, {}, 3, source="a", predicted=1.0),
+                       ServingRow("r3", "ttft_mean_s", 2.0, {}, 4, source="a", reason="no lengths")])
+    assert [r.run_id for r in s.ok_rows] == ["r1", "r2"] and [r.run_id for r in s.failed_rows] == ["r3"]
+    by = s.mape_by(lambda r: r.source)
+    assert list(by) == ["a", "z"] and by == pytest.approx({"a": 0.5, "z": 0.5})   # sorted by key
