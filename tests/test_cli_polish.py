@@ -161,3 +161,23 @@ def test_training_and_serving_reports_split_rows_and_group_errors_alike():
     assert [r.run_id for r in s.ok_rows] == ["r1", "r2"] and [r.run_id for r in s.failed_rows] == ["r3"]
     by = s.mape_by(lambda r: r.source)
     assert list(by) == ["a", "z"] and by == pytest.approx({"a": 0.5, "z": 0.5})   # sorted by key
+
+
+# ---- first hour: a duration without its unit ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("cmd", [("goodput", "--tokens", "1T"), ("report", "--tokens", "1T", "-o", "{tmp}/r.html")])
+def test_a_checkpoint_interval_without_unit_is_refused(capsys, tmp_path, cmd):
+    """"5" was read as 5 seconds (then rounded to whole steps): seconds or minutes? refused like --mtbf."""
+    args = [a.replace("{tmp}", str(tmp_path)) for a in cmd]
+    code, _, err = run(capsys, *args, "--checkpoint-interval", "5")
+    refused(code, err, "checkpoint-interval", "no unit", "30min")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_a_checkpoint_interval_with_unit_is_taken(capsys):
+    code, out, err = run(capsys, "goodput", "--tokens", "1T", "--checkpoint-interval", "30min", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["checkpoint_interval_source"] == "given"
+    assert abs(d["checkpoint_interval_s"] - 1800) <= 3.5      # rounded to whole steps of ~3.2 s

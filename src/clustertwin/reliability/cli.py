@@ -64,6 +64,8 @@ def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint
     """The keyword options of estimate_goodput from the shared command-line options (checked)."""
     if hot_spares is not None and hot_spares < 0:
         raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
+    _no_bare_number("checkpoint-interval", checkpoint_interval, "30min (or auto)")
+    _no_bare_number("mtbf", mtbf, "3h")
     _no_bare_number("storage-bandwidth", storage_bandwidth, "2TB/s", "bandwidth")
     _no_bare_number("node-storage-bandwidth", node_storage_bandwidth, "400Gbps", "bandwidth")
     _no_bare_number("pageable-copy-bandwidth", pageable_copy_bandwidth, "1.4GB/s", "bandwidth")
