@@ -181,3 +181,24 @@ def test_a_checkpoint_interval_with_unit_is_taken(capsys):
     d = json.loads(out)
     assert d["checkpoint_interval_source"] == "given"
     assert abs(d["checkpoint_interval_s"] - 1800) <= 3.5      # rounded to whole steps of ~3.2 s
+
+
+def test_sim_slowdown_without_a_slow_rank_is_refused(capsys):
+    """--slowdown alone slowed no GPU and was dropped without a word."""
+    code, _, err = run(capsys, "sim", "--slowdown", "1.2")
+    refused(code, err, "slowdown", "--slow-rank")
+
+
+def test_sim_slow_rank_takes_the_default_slowdown(capsys):
+    code, out, err = run(capsys, "sim", "-m", "gpt3-125m", "--gpu", "h100", "-n", "8", "--plan", "tp=2,pp=2,dp=2",
+                         "--slow-rank", "0", "--json")
+    assert code == 0, err
+    d = json.loads(out)
+    assert d["slowdown"] == 1.1 and d["step_time_s"] >= d["baseline_step_time_s"]
+
+
+def test_sweep_to_an_output_that_cannot_be_a_directory_is_refused(capsys, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run(capsys, "sweep", "docs/sweep-example.yaml", "-o", blocker / "sub")
+    refused(code, err, "output", "cannot create")
