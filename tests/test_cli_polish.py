@@ -202,3 +202,28 @@ def test_sweep_to_an_output_that_cannot_be_a_directory_is_refused(capsys, tmp_pa
     blocker.write_text("")
     code, _, err = run(capsys, "sweep", "docs/sweep-example.yaml", "-o", blocker / "sub")
     refused(code, err, "output", "cannot create")
+
+
+# ---- first hour: one value given two ways -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("plan,flag,value,field", [
+    ("tp=2,pp=1,dp=32,mb=2", "--micro-batch", "4", "plan.micro_batch"),
+    ("tp=2,pp=1,dp=32,gbs=512", "--global-batch", "256", "plan.global_batch"),
+    ("tp=2,pp=1,dp=32,precision=fp8", "--precision", "bf16", "plan.precision"),
+])
+def test_a_plan_field_and_its_flag_must_agree(capsys, plan, flag, value, field):
+    """--micro-batch 4 silently replaced the plan's mb=2; now the contradiction is refused (as search --fix does)."""
+    code, _, err = run(capsys, "predict", "--plan", plan, flag, value)
+    refused(code, err, field, flag, "contradicts")
+
+
+def test_a_plan_field_and_its_flag_that_agree_are_taken(capsys):
+    code, out, err = run(capsys, "predict", "--plan", "tp=2,pp=1,dp=32,mb=2", "--micro-batch", "2", "--json")
+    assert code == 0, err
+    assert json.loads(out)["inputs"]["plan"]["micro_batch"] == 2
+
+
+def test_an_slo_target_given_twice_is_refused(capsys):
+    code, _, err = run(capsys, "serve-search", "--slo", "ttft_p99=2s,ttft_p99=1s", "--request-rate", "1")
+    refused(code, err, "slo.ttft_p99", "twice")

@@ -131,8 +131,16 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
 def _plan(plan: str | Plan | None, micro_batch: int | None, global_batch: int | None, precision: str | None) -> Plan:
     from .specs import Plan, parse_plan
     overrides = {"micro_batch": micro_batch, "global_batch": global_batch, "precision": precision}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given and plan is not None:   # a field the plan names and a flag sets must agree, as search's --fix does
+        p0 = plan if isinstance(plan, Plan) else parse_plan(plan)
+        for k, v in given.items():
+            if k in p0.model_fields_set and str(getattr(p0, k)).lower() != str(v).strip().lower():
+                flag = "--" + k.replace("_", "-")
+                raise PlanError(f"plan.{k}", f"{getattr(p0, k)} in the plan contradicts {flag} {v}",
+                                f"give it once: in the plan or as {flag}")
     if isinstance(plan, Plan):
-        return plan.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+        return plan.model_copy(update=given)
     return parse_plan(plan if plan is not None else "", **overrides)
 
 
