@@ -410,11 +410,12 @@ def test_token_budget_and_chunked_prefill_flags_in_notes_reach_the_engine() -> N
 
 def test_whole_prompt_prefill_never_lowers_first_token_latency_of_a_lone_long_prompt() -> None:
     # one request at a time: without chunking the prompt is prefilled in one iteration instead of
-    # budget-sized chunks, so the time to the first token cannot be longer than the chunked one
+    # budget-sized chunks, so the time to the first token cannot be longer than the chunked one (the
+    # unchunked budget must hold a whole request, input + output, as vLLM requires of max_model_len)
     q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=6000, output_len=16, concurrency=1,
-             num_requests=4, max_num_batched_tokens=2048, seed=0)
-    chunked = predict_serving(ServeRequest(**q))
-    whole = predict_serving(ServeRequest(**q, chunked_prefill=False))
+             num_requests=4, seed=0)
+    chunked = predict_serving(ServeRequest(**q, max_num_batched_tokens=2048))
+    whole = predict_serving(ServeRequest(**q, max_num_batched_tokens=6016, chunked_prefill=False))
     assert whole.latency("ttft_s")["mean"] <= chunked.latency("ttft_s")["mean"] * 1.0001
 
 
@@ -440,7 +441,7 @@ def test_attention_dp_prefill_waits_for_the_rank_that_holds_the_sequence() -> No
 def test_serve_no_chunked_prefill_flag_reaches_the_engine(capsys) -> None:
     code, out, err = run(capsys, "serve", "--model", "llama3-8b", "--gpu", "h100-sxm", "--num-gpus", "1",
                          "--num-requests", "4", "--concurrency", "1", "--input-len", "6000", "--output-len", "8",
-                         "--max-num-batched-tokens", "2048", "--no-chunked-prefill", "--json")
+                         "--max-num-batched-tokens", "6008", "--no-chunked-prefill", "--json")
     assert code == 0, err
     d = json.loads(out)
     assert d["fits"] is True and any(a.startswith("chunked prefill off") for a in d["assumptions"])

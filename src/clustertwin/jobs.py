@@ -131,8 +131,16 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
 def _plan(plan: str | Plan | None, micro_batch: int | None, global_batch: int | None, precision: str | None) -> Plan:
     from .specs import Plan, parse_plan
     overrides = {"micro_batch": micro_batch, "global_batch": global_batch, "precision": precision}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given and plan is not None:   # a field the plan names and a flag sets must agree, as search's --fix does
+        p0 = plan if isinstance(plan, Plan) else parse_plan(plan)
+        for k, v in given.items():
+            if k in p0.model_fields_set and str(getattr(p0, k)).lower() != str(v).strip().lower():
+                flag = "--" + k.replace("_", "-")
+                raise PlanError(f"plan.{k}", f"{getattr(p0, k)} in the plan contradicts {flag} {v}",
+                                f"give it once: in the plan or as {flag}")
     if isinstance(plan, Plan):
-        return plan.model_copy(update={k: v for k, v in overrides.items() if v is not None})
+        return plan.model_copy(update=given)
     return parse_plan(plan if plan is not None else "", **overrides)
 
 
@@ -146,21 +154,35 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
                       gpus_per_node: int | None = None, plan: str | Plan | None = None,
                       micro_batch: int | None = None, global_batch: int | None = None,
                       seq_len: int | None = None, precision: str | None = None,
-                      framework: str = DEFAULT_FRAMEWORK, tokens: float | None = None) -> TrainingJob:
+                      framework: str = DEFAULT_FRAMEWORK, tokens: float | None = None,
+                      stack_zero: bool = False) -> TrainingJob:
     """A checked TrainingJob from exactly what is given (no default job): the model's sequence length
-    (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out."""
+    (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out. With ``stack_zero``
+    (the plan is not the user's: none was given) its ZeRO stage is the framework stack's default."""
     from .catalog import load_model
     from .specs import make_job
     m = load_model(model)
     c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
     p = _plan(plan, micro_batch, global_batch, precision)
     fw = _framework(framework)
+    if stack_zero and isinstance(plan, (str, type(None))):
+        from .specs.framework import get_framework
+        p = _plan(_with_zero(plan or "", get_framework(fw).default_zero_stage), micro_batch, global_batch, precision)
     return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
 
 
+def _with_zero(plan: str, zero_stage: int) -> str:
+    """``plan`` (DEFAULT_PLAN or "", the plans of a job given no --plan) with ZeRO stage ``zero_stage``."""
+    keep = [part for part in plan.split(",") if part.strip() and part.split("=")[0].strip() != "zero"]
+    return ",".join(keep + [f"zero={zero_stage}"])
+
+
 def job_from_options(options: JobOptions, tokens: float | None = None) -> TrainingJob:
-    """The TrainingJob of a command line: the built-in default job when nothing names one."""
-    return make_training_job(**options.with_defaults().as_kwargs(), tokens=tokens)
+    """The TrainingJob of a command line: the built-in default job when nothing names one. Without
+    --plan, the plan's ZeRO stage is the framework stack's default (``default_zero_stage``: ZeRO-1 for
+    Megatron-Core, ZeRO-0 for Megatron-LM 2021, FSDP for torchtitan), so --framework alone never asks a
+    stack for a stage it does not have; a ZeRO stage the user writes is kept and checked."""
+    return make_training_job(**options.with_defaults().as_kwargs(), tokens=tokens, stack_zero=options.plan is None)
 
 
 def search_inputs(options: JobOptions) -> SearchInputs:

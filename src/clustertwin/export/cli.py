@@ -121,7 +121,8 @@ def trace(job: JobOptions, profile: Optional[Path],
 @job_options(profile=True)
 def sim(job: JobOptions, profile: Optional[Path],
         slow_rank: Optional[int] = typer.Option(None, "--slow-rank", help="a GPU whose compute runs slower"),
-        slowdown: float = typer.Option(1.1, "--slowdown", help="how much slower the --slow-rank GPU computes (1.1 = 10%)"),
+        slowdown: Optional[float] = typer.Option(None, "--slowdown", help="how much slower the --slow-rank GPU "
+                                                 "computes (1.1 = 10%) [default: 1.1]"),
         timeline: Optional[Path] = typer.Option(None, "--timeline", help="also write the Perfetto timeline to this file"),
         ranks: Optional[str] = RanksOpt, detail: Detail = DetailOpt,
         as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
@@ -131,9 +132,13 @@ def sim(job: JobOptions, profile: Optional[Path],
     from ..predict import predict_job, resolve_profile
     from ..report.console import print_all, sim_tables
     from ..sim.replay import simulate
+    if slowdown is not None and slow_rank is None:   # it would slow no GPU: refused, not ignored
+        from ..errors import SpecError
+        raise SpecError("slowdown", "given without --slow-rank, so it would slow no GPU",
+                        "add --slow-rank N (the GPU it slows), or drop --slowdown")
     tj = job_from_options(job)
     prof = resolve_profile(profile, tj)
-    result = simulate(tj, slow_rank=slow_rank, slowdown=slowdown, profile=prof)
+    result = simulate(tj, slow_rank=slow_rank, slowdown=1.1 if slowdown is None else slowdown, profile=prof)
     pred = predict_job(tj, prof)
     predicted = pred.step_time_s
     events = None

@@ -49,18 +49,31 @@ StorageBandwidthOpt = typer.Option(None, "--storage-bandwidth",
                                    help="aggregate storage bandwidth, e.g. 2TB/s [default 2TB/s]")
 NodeStorageBandwidthOpt = typer.Option(None, "--node-storage-bandwidth",
                                        help="per-node path to storage, e.g. 400Gbps [default 50GB/s]")
+PageableCopyBandwidthOpt = typer.Option(None, "--pageable-copy-bandwidth",
+                                        help="GPU to pageable host memory copy per GPU (torch.save), e.g. 1.4GB/s "
+                                             "[default 1.4GB/s]")
+SerializeBandwidthOpt = typer.Option(None, "--serialize-bandwidth",
+                                     help="torch.save serialisation per process, e.g. 700MB/s [default 2/3 GiB/s]")
 HotSparesOpt = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones")
 NoStragglersOpt = typer.Option(False, "--no-stragglers", help="leave out per-GPU speed variation")
 
 
 def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint_interval, checkpoint_mode,
                     checkpoint_writers, storage_bandwidth, node_storage_bandwidth, hot_spares, no_stragglers,
-                    **extra) -> dict:
+                    pageable_copy_bandwidth=None, serialize_bandwidth=None, **extra) -> dict:
     """The keyword options of estimate_goodput from the shared command-line options (checked)."""
     if hot_spares is not None and hot_spares < 0:
         raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
+    _no_bare_number("checkpoint-interval", checkpoint_interval, "30min (or auto)")
+    _no_bare_number("mtbf", mtbf, "3h")
     _no_bare_number("storage-bandwidth", storage_bandwidth, "2TB/s", "bandwidth")
     _no_bare_number("node-storage-bandwidth", node_storage_bandwidth, "400Gbps", "bandwidth")
+    _no_bare_number("pageable-copy-bandwidth", pageable_copy_bandwidth, "1.4GB/s", "bandwidth")
+    _no_bare_number("serialize-bandwidth", serialize_bandwidth, "700MB/s", "bandwidth")
+    for name, flag, text in (("pageable_copy_bytes_per_s", "pageable-copy-bandwidth", pageable_copy_bandwidth),
+                             ("serialize_bytes_per_s", "serialize-bandwidth", serialize_bandwidth)):
+        if text is not None:
+            extra[name] = _host_rate(flag, name, text)
     return dict(failure_model=failure_model, mtbf_s=mtbf, failure_rates=_parse_rates(failure_rate),
                 planned_interruptions=not no_planned, checkpoint_interval_s=checkpoint_interval,
                 checkpoint_mode=checkpoint_mode.strip().lower(), checkpoint_writers=checkpoint_writers.strip().lower(),
@@ -82,6 +95,8 @@ def register(app: typer.Typer) -> None:
                 no_planned: bool = NoPlannedOpt, checkpoint_mode: str = CheckpointModeOpt,
                 checkpoint_writers: str = CheckpointWritersOpt, storage_bandwidth: Optional[str] = StorageBandwidthOpt,
                 node_storage_bandwidth: Optional[str] = NodeStorageBandwidthOpt,
+                pageable_copy_bandwidth: Optional[str] = PageableCopyBandwidthOpt,
+                serialize_bandwidth: Optional[str] = SerializeBandwidthOpt,
                 hot_spares: Optional[int] = HotSparesOpt, no_stragglers: bool = NoStragglersOpt,
                 straggler_cv: Optional[float] = typer.Option(None, "--straggler-cv",
                                                              help="per-GPU speed variation, std/mean [default 0.01]"),
@@ -142,6 +157,8 @@ def register(app: typer.Typer) -> None:
                                   no_planned=no_planned, checkpoint_interval=checkpoint_interval,
                                   checkpoint_mode=checkpoint_mode, checkpoint_writers=checkpoint_writers,
                                   storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
+                                  pageable_copy_bandwidth=pageable_copy_bandwidth,
+                                  serialize_bandwidth=serialize_bandwidth,
                                   hot_spares=hot_spares, no_stragglers=no_stragglers, gpu_speed_cv=straggler_cv,
                                   thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed,
                                   fleet=fleet, gpu_hour_price=gpu_hour_price, policy=policy,
@@ -178,6 +195,18 @@ def register(app: typer.Typer) -> None:
             base._emit_json(est.to_json())
             return
         print_all(base.console, goodput_tables(pred, est) + recovery_tables(est))
+
+
+def _host_rate(flag: str, name: str, text: str) -> float:
+    """A host checkpoint rate from the command line, in bytes/s, refused in one line naming the flag."""
+    from ..units import format_si, parse_quantity
+    from .goodput import HOST_RATE_BOUNDS_BYTES_PER_S
+    x = parse_quantity(text, "bandwidth", flag)
+    lo, hi = HOST_RATE_BOUNDS_BYTES_PER_S[name]
+    if not lo <= x <= hi:
+        raise SpecError(flag, f"{text.strip()!r} is not a plausible host rate",
+                        f"give {format_si(lo, 'B/s')} to {format_si(hi, 'B/s')}, e.g. 1.4GB/s")
+    return x
 
 
 def _no_bare_number(field: str, text: Optional[str], example: str, what: str = "duration") -> None:

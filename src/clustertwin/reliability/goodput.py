@@ -47,6 +47,19 @@ MAX_STEPS = 2.0 ** 53          # steps must be countable exactly in a float64
 MAX_MONTE_CARLO_RUNS = 100_000
 MIN_GOODPUT = 1e-3             # below it the run is reported as one that never finishes
 
+# Plausible range of the host-side checkpoint rates (bytes/s), checked where they are given (API and CLI):
+# - floor 10 MB/s: a GPU's host link and a CPU's pickling are both far faster (the slowest measured rate here
+#   is torch.save's ~0.67 GiB/s, CheckpointConfig); a rate below it is a unit slip (MB/s for GB/s) rather than
+#   a host, and would price a 10 GB shard at over 15 minutes per checkpoint
+# - pageable copy ceiling 450 GB/s: a device-to-host copy cannot outrun the GPU's host link, the fastest being
+#   NVLink-C2C at 900 GB/s bidirectional, 450 GB/s each way (NVIDIA GH200 Grace Hopper Superchip datasheet)
+# - serialisation ceiling 500 GB/s: serialising reads and writes host memory, no faster than one CPU socket's
+#   memory bandwidth (NVIDIA Grace CPU datasheet: up to 500 GB/s LPDDR5X, the highest of current server CPUs)
+HOST_RATE_BOUNDS_BYTES_PER_S: dict[str, tuple[float, float]] = {
+    "pageable_copy_bytes_per_s": (10e6, 450e9),
+    "serialize_bytes_per_s": (10e6, 500e9),
+}
+
 
 class GoodputOptions(Frozen):
     """Every option of ``estimate_goodput`` (keyword arguments of the same names)."""
@@ -127,6 +140,12 @@ class GoodputOptions(Frozen):
         x = parse_quantity(v, "bandwidth", info.field_name)
         if x <= 0:
             raise SpecError(info.field_name, f"{v!r} must be positive", 'e.g. "2TB/s"')
+        lo, hi = HOST_RATE_BOUNDS_BYTES_PER_S.get(info.field_name, (0.0, math.inf))
+        if not lo <= x <= hi:
+            from ..units import format_si
+            raise SpecError(info.field_name, f"{v!r} = {format_si(x, 'B/s')} is not a plausible host rate",
+                            f"give {format_si(lo, 'B/s')} to {format_si(hi, 'B/s')} (see docs/goodput.md), "
+                            'e.g. "1.4GB/s"')
         return x
 
     @field_validator("policy", mode="before")

@@ -302,8 +302,12 @@ def run_sweep(sweep: Sweep, output: Path | None = None, *, executor: str = "loca
         raise DataError("output", f"{str(out_dir)!r} exists and is not a directory", "give a directory for the parts")
     require_pyarrow()                   # before any cell: not a traceback after the first one
     check_cells(sweep.spec.cells())     # every cell's inputs, before the first is computed
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:    # a parent that is a file, no permission, a read-only file system
+        raise DataError("output", f"cannot create {str(out_dir)!r} ({e.strerror or e})",
+                        "give a directory you can write, e.g. -o out/sweep/") from None
     ex = make_executor(executor, workers, ray_address)
-    out_dir.mkdir(parents=True, exist_ok=True)
     for tmp in out_dir.glob(".cell-*.tmp-*"):  # left by a sweep killed while writing
         tmp.unlink(missing_ok=True)
     todo, done = pending_cells(sweep, out_dir)

@@ -357,11 +357,35 @@ def _disagg(text: str | None, dp: int) -> tuple[int, int] | None:
     return a, b
 
 
+def _check_unchunked_budget(q: ServeRequest, setup: ServeSetup, req: Requests) -> None:
+    """A token budget given with chunked prefill off must hold the longest request whole.
+
+    vLLM refuses max_num_batched_tokens below max_model_len when chunked prefill is off, at start-up
+    (vllm/config/scheduler.py, SchedulerConfig.verify_max_model_len, commit 01230b4: "max_num_batched_tokens
+    ... is smaller than max_model_len"): a prompt is prefilled in one step, and a preempted request is
+    re-prefilled with the tokens it generated, so the smallest max_model_len that serves these requests is
+    the longest input + output. Simulating the run anyway would prefill those prompts whole past the budget.
+    Only a budget the user gave is checked: the engine's default is sized to max_model_len without chunking
+    (vLLM SchedulerConfig: max(max_model_len, 2048) when chunked prefill is off)."""
+    if q.max_num_batched_tokens is None or setup.engine.chunked_prefill:
+        return
+    i = int(np.argmax(req.input_len + req.output_len))
+    inp, out = int(req.input_len[i]), int(req.output_len[i])
+    if q.max_num_batched_tokens < inp + out:
+        where = "the longest request of --dataset-file" if q.dataset_file is not None else (
+            f"the longest {q.dataset} request" if q.dataset is not None else "each request")
+        raise SpecError("max-num-batched-tokens", f"{q.max_num_batched_tokens:,} tokens per step is below {where}, "
+                        f"{inp:,} + {out:,} tokens: without chunked prefill a prompt (and a preempted request's "
+                        "generated tokens) is prefilled in one step (vLLM refuses a budget below max_model_len)",
+                        f"give --max-num-batched-tokens of at least {inp + out}, or drop --no-chunked-prefill")
+
+
 def predict_serving(q: ServeRequest, *, pricer: StepPricer | None = None) -> ServeResult:
     """Simulate ``q`` and return what it measures (see ServeResult.to_json for the keys)."""
     workload = workload_of(q)
     setup, notes = build_setup(q)
     req = requests_of(q, workload, setup, notes)
+    _check_unchunked_budget(q, setup, req)
     disagg = _disagg(q.disaggregate, setup.dp)
     longest = int((req.input_len + req.output_len).max())
     mem = memory_plan(setup, longest)

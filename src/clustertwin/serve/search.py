@@ -47,6 +47,9 @@ def parse_slo(text: str) -> dict[str, dict[str, float]]:
             raise SpecError(f"slo.{key}", f"{val!r} is not a time", 'write e.g. "2s" or "50ms"') from None
         if not (seconds > 0 and math.isfinite(seconds)):
             raise SpecError(f"slo.{key}", f"{val!r} must be a positive time", 'write e.g. "2s" or "50ms"')
+        prev = out.get(METRICS[name], {}).get(stat)
+        if prev is not None and prev != seconds:    # the last would win without a word: refuse instead
+            raise SpecError(f"slo.{key}", "given twice", f"keep one {key} target")
         out.setdefault(METRICS[name], {})[stat] = seconds
     if not out:
         raise SpecError("slo", "no target", 'give e.g. "ttft_p99=2s"')

@@ -8,6 +8,7 @@ from typing import Any, Callable
 from ..calibrate.runs import TIME_METRICS, FitRow, ParamResult, fit_runs, source_group
 from ..errors import ClusterTwinError
 from ..predict import Prediction, predict_job
+from .report_rows import ErrorRows
 from .runs import METRICS, MeasuredRow, job_from_row
 
 
@@ -56,16 +57,8 @@ class RowResult:
 
 
 @dataclass
-class ValidationReport:
+class ValidationReport(ErrorRows[RowResult]):
     rows: list[RowResult]
-
-    @property
-    def ok_rows(self) -> list[RowResult]:
-        return [r for r in self.rows if r.error is not None]
-
-    @property
-    def failed_rows(self) -> list[RowResult]:
-        return [r for r in self.rows if r.error is None]
 
     @property
     def not_fitting(self) -> list[RowResult]:
@@ -79,10 +72,7 @@ class ValidationReport:
 
     @property
     def mape_by_metric(self) -> dict[str, float]:
-        out: dict[str, list[float]] = {}
-        for r in self.ok_rows:
-            out.setdefault(r.metric, []).append(abs(r.error))  # type: ignore[arg-type]
-        return {k: sum(v) / len(v) for k, v in out.items()}
+        return self._mape_by(lambda r: r.metric)
 
     @property
     def max_abs_error(self) -> float:

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..cost.profile import profile_assumption
 from ..errors import ClusterTwinError, DataError
+from .report_rows import ErrorRows
 
 METRICS = ("output_tokens_per_s", "output_tokens_per_s_per_gpu", "total_tokens_per_s", "requests_per_s",
            "ttft_mean_s", "ttft_p50_s", "tpot_mean_s", "tpot_p50_s", "itl_mean_s", "e2e_latency_mean_s")
@@ -87,26 +88,15 @@ class ServingRow:
 
 
 @dataclass
-class ServingReport:
+class ServingReport(ErrorRows[ServingRow]):
     rows: list[ServingRow]
-
-    @property
-    def ok_rows(self) -> list[ServingRow]:
-        return [r for r in self.rows if r.error is not None]
-
-    @property
-    def failed_rows(self) -> list[ServingRow]:
-        return [r for r in self.rows if r.error is None]
 
     def mape(self, fam: str | None = None) -> float:
         errs = [abs(r.error) for r in self.ok_rows if fam is None or family(r.metric) == fam]   # type: ignore[arg-type]
         return sum(errs) / len(errs) if errs else float("nan")
 
     def mape_by(self, key) -> dict[str, float]:
-        groups: dict[str, list[float]] = {}
-        for r in self.ok_rows:
-            groups.setdefault(key(r), []).append(abs(r.error))   # type: ignore[arg-type]
-        return {k: sum(v) / len(v) for k, v in sorted(groups.items())}
+        return self._mape_by(key, sort=True)
 
     def bias_by(self, key, fam: str | None = None) -> dict[str, tuple[int, float, float]]:
         """Per group of predicted rows (``key(row)``; only metric family ``fam`` when given): (rows, mean
