@@ -39,11 +39,18 @@ _TP_CHUNK_STREAMS = value("gemm.tp_overlap_compute_streams")  # TE's compute str
 _EXPERT_STREAMS = int(value("moe.grouped_gemm_streams"))   # expert GEMMs that run at once (TE grouped linear)
 _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one expert's GEMM launch
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
+_EXPERT_QUANTIZE_HOST = value("moe.expert_quantize_launch_host_s")   # one expert's FP8 input quantize launch
+_EXPERT_PY_HOST = value("moe.expert_python_host_s")    # TE grouped linear's Python per expert (FP8 fwd, wgrad)
 
 
 def is_expert_gemm(op: Op) -> bool:
     """A routed experts' GEMM (its batch is the rank's local experts)."""
     return op.kind == OpKind.GEMM and op.name.startswith("moe.expert.")
+
+
+def is_expert_cast(op: Op) -> bool:
+    """The FP8 quantization of a routed experts' GEMM input (one quantize per expert in TE's split_quantize)."""
+    return op.name.startswith("moe.expert.") and op.name.endswith(".fp8_cast")
 
 
 def fill_batch(op: Op) -> Any:
@@ -305,7 +312,13 @@ class ComputePricer:
             return _COLLECTIVE_HOST
         per_kernel = self.fw.backward_dispatch_s if op.phase == Phase.BWD else self.fw.cpu_dispatch_s
         if is_expert_gemm(op):   # one grouped-linear call from Python, then a C++ loop of per-expert launches
-            return per_kernel * op.kernels + _EXPERT_LAUNCH_HOST * op.shape[0]
+            experts = op.shape[0]
+            # TE's Python loops over the experts: the FP8 weight workspaces (forward), the main-grad
+            # buffers of Megatron-Core's fused gradient accumulation (weight gradients)
+            python = (op.name.endswith(".wgrad") or (op.dtype == "fp8" and op.phase != Phase.BWD))
+            return per_kernel * op.kernels + (_EXPERT_LAUNCH_HOST + (_EXPERT_PY_HOST if python else 0.0)) * experts
+        if is_expert_cast(op) and op.extra and "experts" in op.extra:   # split_quantize: one launch per expert
+            return per_kernel + _EXPERT_QUANTIZE_HOST * op.extra["experts"]
         if op.extra and op.extra.get("host_sync"):   # the read-back the host waits for (host_idle)
             return per_kernel * op.kernels + _DTOH_SYNC
         return per_kernel * op.kernels

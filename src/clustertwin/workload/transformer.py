@@ -571,7 +571,12 @@ def _with_fp8_casts(ops: list[Op]) -> list[Op]:
     for op in ops:
         if op.kind == OpKind.GEMM and op.dtype == "fp8" and not op.name.endswith(".wgrad"):
             batch, m, _, k = op.shape
-            out.append(elementwise(op.name + ".fp8_cast", batch * m * k * 4, op.phase, op.layer))
+            cast = elementwise(op.name + ".fp8_cast", batch * m * k * 4, op.phase, op.layer)
+            if op.name.startswith("moe.expert."):
+                # routed experts: Transformer Engine's split_quantize quantizes each expert's rows apart
+                # (one kernel per expert, constants moe.expert_quantize_launch_host_s)
+                cast = replace(cast, extra={**cast.extra, "experts": batch})
+            out.append(cast)
         out.append(op)
     return out
 
