@@ -384,8 +384,8 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     a = c.act_bytes
     tokens = c.moe_tokens                                     # the SP shard, gathered over expert TP
     routed = tokens * c.top_k                                 # token copies this rank sends (balanced)
-    pad = c.moe_pad_capacity > 0
-    if pad:
+    padded = c.moe_pad_capacity > 0
+    if padded:
         # token-drop-and-pad: every expert gets exactly its capacity, ceil(tokens x top_k / experts x c)
         # rows (Megatron-Core moe_utils.get_capacity), dropped tokens and padding included, on every rank
         routed = _ceil_div_mul(routed, c.num_experts, c.moe_pad_capacity) * c.num_experts
@@ -399,10 +399,10 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     # the per-expert token counts of every EP rank (int64), gathered before the host can size the all-to-all
     # (padded to capacity, the splits and the experts' sizes are known on the host: no gather, no read-back;
     # token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess returns before either when drop_and_pad)
-    if _all(c.ep > 1) and not pad:
+    if _all(c.ep > 1) and not padded:
         fwd.insert(2, collective("moe.token_counts", "all_gather", "ep", c.num_experts * 8 * c.ep, FWD, layer=layer))
     # the counts' device-to-host copy; the host waits for it (compute.host_sync)
-    if not pad:
+    if not padded:
         fwd.append(Op("moe.dtoh_sync", OpKind.ELEMENTWISE, FWD, bytes=_float(8.0 * c.num_experts), layer=layer,
                       extra={"host_sync": True}))
     sort = c.moe_dispatcher != "deepep" and _all(c.experts_local > 1) and _all(c.ep > 1)
