@@ -160,3 +160,19 @@ def test_grouped_linear_python_loops_cost_per_expert_where_te_runs_them():
     assert pricer.host_time(wgrad) == pytest.approx(fw.backward_dispatch_s + 16 * (launch + py))  # main-grad buffers
     # more local experts never take the host less time
     assert pricer.host_time(gemm("moe.expert.up", 1024, 1536, 2048, "fp8", 2, batch=32)) > pricer.host_time(fp8)
+
+
+# DeepGEMM README at its first release (deepseek-ai/DeepGEMM a6d97a1, 2025-02-25), "Grouped GEMMs for MoE
+# models (contiguous layout)", FP8 with 1x128/128x128 scaling on H800: (groups, M per group, N, K) -> TFLOPS.
+# The best published kernel for DeepSeek-V3's expert shapes: the model must not price them faster.
+_DEEPGEMM_CONTIGUOUS = {(4, 8192, 4096, 7168): 1297e12, (4, 8192, 7168, 2048): 1099e12,
+                        (8, 4096, 4096, 7168): 1288e12, (8, 4096, 7168, 2048): 1093e12}
+
+
+@pytest.mark.parametrize("shape", sorted(_DEEPGEMM_CONTIGUOUS))
+def test_fp8_expert_gemms_not_faster_than_deepgemm(shape):
+    cluster = cluster_for_gpu("h800", 8)
+    pricer = ComputePricer(cluster.gpu, default_profile(cluster.gpu), get_framework("hai-llm"))
+    groups, m, n, k = shape
+    op = gemm("moe.expert.up", m, n, k, "fp8", 2, batch=groups)
+    assert op.flops / pricer.time(op) <= _DEEPGEMM_CONTIGUOUS[shape]
