@@ -48,6 +48,11 @@ def is_expert_gemm(op: Op) -> bool:
     return op.kind == OpKind.GEMM and op.name.startswith("moe.expert.")
 
 
+# stacks whose routed experts run through Transformer Engine's te.GroupedLinear (Megatron-Core's
+# TEGroupedMLP, the moe_grouped_gemm path of Megatron-LM, NeMo and Megatron-Bridge recipes)
+_TE_GROUPED_FAMILIES = ("megatron", "nemo")
+
+
 def is_expert_cast(op: Op) -> bool:
     """The FP8 quantization of a routed experts' GEMM input (one quantize per expert in TE's split_quantize)."""
     return op.name.startswith("moe.expert.") and op.name.endswith(".fp8_cast")
@@ -153,6 +158,8 @@ class ComputePricer:
     def __init__(self, gpu: GPUSpec, profile: HardwareProfile, fw: FrameworkProfile, tp_overlap_chunks: int = 1,
                  attention_chunks: int = 1):
         self.gpu, self.profile, self.fw = gpu, profile, fw
+        # routed experts through Transformer Engine's grouped linear (Megatron-Core TEGroupedMLP)
+        self._te_grouped = fw.family in _TE_GROUPED_FAMILIES
         # TP communication overlap (userbuffers ring exchange) splits each layer GEMM into tp
         # sequential chunks of m/tp rows, each filling the GPU less well than the whole GEMM
         self.tp_overlap_chunks = tp_overlap_chunks
@@ -315,9 +322,10 @@ class ComputePricer:
             experts = op.shape[0]
             # TE's Python loops over the experts: the FP8 weight workspaces (forward), the main-grad
             # buffers of Megatron-Core's fused gradient accumulation (weight gradients)
-            python = (op.name.endswith(".wgrad") or (op.dtype == "fp8" and op.phase != Phase.BWD))
+            # (Megatron-Core's TEGroupedMLP: the Megatron and NeMo stacks)
+            python = self._te_grouped and (op.name.endswith(".wgrad") or (op.dtype == "fp8" and op.phase != Phase.BWD))
             return per_kernel * op.kernels + (_EXPERT_LAUNCH_HOST + (_EXPERT_PY_HOST if python else 0.0)) * experts
-        if is_expert_cast(op) and op.extra and "experts" in op.extra:   # split_quantize: one launch per expert
+        if self._te_grouped and is_expert_cast(op) and op.extra and "experts" in op.extra:   # split_quantize
             return per_kernel + _EXPERT_QUANTIZE_HOST * op.extra["experts"]
         if op.extra and op.extra.get("host_sync"):   # the read-back the host waits for (host_idle)
             return per_kernel * op.kernels + _DTOH_SYNC
