@@ -133,3 +133,46 @@ def test_slower_host_read_back_never_faster(monkeypatch):
     from clustertwin.workload import transformer
     transformer.layer_ops.cache_clear()
     assert _qwen("alltoall").step_time_s >= base
+
+
+def test_fp8_expert_casts_pay_a_quantize_launch_per_expert():
+    # TE v2.9 split_quantize: one Python call, then one quantize per expert (not fused but for delayed scaling)
+    pricer = _pricer()
+    fw = get_framework("megatron")
+    fwd, bwd, _ = layer_ops(_ctx(gemm_dtype="fp8"), True)
+    for op in fwd + bwd:
+        if op.name.startswith("moe.expert.") and op.name.endswith(".fp8_cast"):
+            per_kernel = fw.backward_dispatch_s if op.phase == Phase.BWD else fw.cpu_dispatch_s
+            assert pricer.host_time(op) == pytest.approx(per_kernel + 16 * value("moe.expert_quantize_launch_host_s"))
+    # a dense layer's cast stays one kernel's dispatch
+    dense = next(op for op in layer_ops(_ctx(gemm_dtype="fp8"), False)[0] if op.name.endswith(".fp8_cast"))
+    assert pricer.host_time(dense) == pytest.approx(fw.cpu_dispatch_s * dense.kernels)
+
+
+def test_grouped_linear_python_loops_cost_per_expert_where_te_runs_them():
+    pricer = _pricer()
+    fw = get_framework("megatron")
+    launch, py = value("moe.expert_gemm_launch_host_s"), value("moe.expert_python_host_s")
+    fp8 = gemm("moe.expert.up", 2048, 1536, 2048, "fp8", 2, batch=16)
+    assert pricer.host_time(fp8) == pytest.approx(fw.cpu_dispatch_s + 16 * (launch + py))        # weight workspaces
+    wgrad = replace(gemm("moe.expert.up", 2048, 1536, 2048, "bf16", 2, batch=16), name="moe.expert.up.wgrad",
+                    phase=Phase.BWD)
+    assert pricer.host_time(wgrad) == pytest.approx(fw.backward_dispatch_s + 16 * (launch + py))  # main-grad buffers
+    # more local experts never take the host less time
+    assert pricer.host_time(gemm("moe.expert.up", 1024, 1536, 2048, "fp8", 2, batch=32)) > pricer.host_time(fp8)
+
+
+# DeepGEMM README at its first release (deepseek-ai/DeepGEMM a6d97a1, 2025-02-25), "Grouped GEMMs for MoE
+# models (contiguous layout)", FP8 with 1x128/128x128 scaling on H800: (groups, M per group, N, K) -> TFLOPS.
+# The best published kernel for DeepSeek-V3's expert shapes: the model must not price them faster.
+_DEEPGEMM_CONTIGUOUS = {(4, 8192, 4096, 7168): 1297e12, (4, 8192, 7168, 2048): 1099e12,
+                        (8, 4096, 4096, 7168): 1288e12, (8, 4096, 7168, 2048): 1093e12}
+
+
+@pytest.mark.parametrize("shape", sorted(_DEEPGEMM_CONTIGUOUS))
+def test_fp8_expert_gemms_not_faster_than_deepgemm(shape):
+    cluster = cluster_for_gpu("h800", 8)
+    pricer = ComputePricer(cluster.gpu, default_profile(cluster.gpu), get_framework("hai-llm"))
+    groups, m, n, k = shape
+    op = gemm("moe.expert.up", m, n, k, "fp8", 2, batch=groups)
+    assert op.flops / pricer.time(op) <= _DEEPGEMM_CONTIGUOUS[shape]

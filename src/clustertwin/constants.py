@@ -965,6 +965,23 @@ _MOE: list[Constant] = [
              "from C++ (NVIDIA, 'Getting Started with CUDA Graphs', 2019: a few us of launch overhead per "
              "kernel); not measured here. " + _TE_GROUPED,
              "host time of an expert GEMM: one Python call of the grouped linear plus this per local expert"),
+    Constant("moe.expert_quantize_launch_host_s", 5e-6, "s",
+             "assumed, as moe.expert_gemm_launch_host_s: one quantize launch per expert from a C++ loop. "
+             "Transformer Engine v2.9 (the release Megatron-Bridge v0.2.0 pins, transformer-engine>=2.9,<2.10) "
+             "te.GroupedLinear quantizes its FP8 input per expert with tex.split_quantize "
+             "(pytorch/csrc/extensions/cast.cpp): multi_tensor_quantize_impl fuses the experts into one "
+             "multi_cast_transpose kernel only for delayed scaling ('Note: Currently only have fused kernel for "
+             "FP8 delayed scaling'); every other recipe (MXFP8, FP8 block scaling, per-tensor current scaling) "
+             "runs 'Quantize kernels individually', one quantizer->quantize per expert (current scaling: three "
+             "kernels each, amax, scale and cast, quantizer.cpp; counted as one here: the plan names no recipe)",
+             "host time of the FP8 cast of a routed experts' GEMM input: one Python call plus this per local expert"),
+    Constant("moe.expert_python_host_s", 7e-6, "s",
+             "derived: one aten-call equivalent (" + _ATEN_OP + ") per expert for the Python loops over the "
+             "experts in Transformer Engine v2.9 module/grouped_linear.py: in an FP8 forward "
+             "module.get_weight_workspace(...) for each of num_gemms weights; in the backward "
+             "handle_custom_ddp_from_mcore(weight, wgrad) for each expert (Megatron-Core's fused weight-gradient "
+             "accumulation: a torch.empty of the main gradient's shape per expert)",
+             "host time of a routed experts' GEMM: per local expert, FP8 forward GEMMs and weight-gradient GEMMs"),
     Constant("moe.dtoh_sync_s", 10e-6, "s",
              "assumed: a few small pinned device-to-host copies of the token counts (cudaMemcpyAsync on a side "
              "stream) and a cudaEventSynchronize wake-up after the GPU reaches them, a few us each; not measured "

@@ -39,11 +39,23 @@ _TP_CHUNK_STREAMS = value("gemm.tp_overlap_compute_streams")  # TE's compute str
 _EXPERT_STREAMS = int(value("moe.grouped_gemm_streams"))   # expert GEMMs that run at once (TE grouped linear)
 _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one expert's GEMM launch
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
+_EXPERT_QUANTIZE_HOST = value("moe.expert_quantize_launch_host_s")   # one expert's FP8 input quantize launch
+_EXPERT_PY_HOST = value("moe.expert_python_host_s")    # TE grouped linear's Python per expert (FP8 fwd, wgrad)
 
 
 def is_expert_gemm(op: Op) -> bool:
     """A routed experts' GEMM (its batch is the rank's local experts)."""
     return op.kind == OpKind.GEMM and op.name.startswith("moe.expert.")
+
+
+# stacks whose routed experts run through Transformer Engine's te.GroupedLinear (Megatron-Core's
+# TEGroupedMLP, the moe_grouped_gemm path of Megatron-LM, NeMo and Megatron-Bridge recipes)
+_TE_GROUPED_FAMILIES = ("megatron", "nemo")
+
+
+def is_expert_cast(op: Op) -> bool:
+    """The FP8 quantization of a routed experts' GEMM input (one quantize per expert in TE's split_quantize)."""
+    return op.name.startswith("moe.expert.") and op.name.endswith(".fp8_cast")
 
 
 def fill_batch(op: Op) -> Any:
@@ -146,6 +158,8 @@ class ComputePricer:
     def __init__(self, gpu: GPUSpec, profile: HardwareProfile, fw: FrameworkProfile, tp_overlap_chunks: int = 1,
                  attention_chunks: int = 1):
         self.gpu, self.profile, self.fw = gpu, profile, fw
+        # routed experts through Transformer Engine's grouped linear (Megatron-Core TEGroupedMLP)
+        self._te_grouped = fw.family in _TE_GROUPED_FAMILIES
         # TP communication overlap (userbuffers ring exchange) splits each layer GEMM into tp
         # sequential chunks of m/tp rows, each filling the GPU less well than the whole GEMM
         self.tp_overlap_chunks = tp_overlap_chunks
@@ -305,7 +319,14 @@ class ComputePricer:
             return _COLLECTIVE_HOST
         per_kernel = self.fw.backward_dispatch_s if op.phase == Phase.BWD else self.fw.cpu_dispatch_s
         if is_expert_gemm(op):   # one grouped-linear call from Python, then a C++ loop of per-expert launches
-            return per_kernel * op.kernels + _EXPERT_LAUNCH_HOST * op.shape[0]
+            experts = op.shape[0]
+            # TE's Python loops over the experts: the FP8 weight workspaces (forward), the main-grad
+            # buffers of Megatron-Core's fused gradient accumulation (weight gradients)
+            # (Megatron-Core's TEGroupedMLP: the Megatron and NeMo stacks)
+            python = self._te_grouped and (op.name.endswith(".wgrad") or (op.dtype == "fp8" and op.phase != Phase.BWD))
+            return per_kernel * op.kernels + (_EXPERT_LAUNCH_HOST + (_EXPERT_PY_HOST if python else 0.0)) * experts
+        if self._te_grouped and is_expert_cast(op) and op.extra and "experts" in op.extra:   # split_quantize
+            return per_kernel + _EXPERT_QUANTIZE_HOST * op.extra["experts"]
         if op.extra and op.extra.get("host_sync"):   # the read-back the host waits for (host_idle)
             return per_kernel * op.kernels + _DTOH_SYNC
         return per_kernel * op.kernels

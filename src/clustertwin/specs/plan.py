@@ -56,6 +56,10 @@ class Plan(Frozen):
                              description="uniform | zipf:S | a histogram file (tokens per expert)")
     moe_placement: Literal["sequential", "balanced"] = Field("sequential", description="experts to EP ranks")
     moe_capacity_factor: float | None = Field(None, gt=0, le=1000, description="drop tokens beyond c x mean per rank")
+    moe_pad_to_capacity: bool = Field(
+        False, description="pad every expert's input to its capacity (Megatron-Core moe_pad_expert_input_to_capacity, "
+                           "with moe_capacity_factor): static shapes, so the dispatcher reads no token counts back "
+                           "to the host (token_dispatcher.py: drop_and_pad leaves cuda_sync_point at 'no_sync')")
     moe_dispatcher: Literal["alltoall", "deepep"] | None = Field(
         None, description="alltoall: one copy per routed expert on every link (Megatron's default); deepep: one "
                           "copy per target node over the NICs, fanned out over NVLink (DeepSeek-V3 Sec. 3.2.2, "
@@ -98,6 +102,15 @@ class Plan(Frozen):
                 raise PlanError("plan.pp_schedule", f"DualPipe puts stages i and pp-1-i on one rank and is not "
                                 f"interleaved (pp={self.pp}, vpp={self.vpp})",
                                 "choose an even pp with vpp=1, or schedule=1f1b")
+        return self
+
+    @model_validator(mode="after")
+    def _pad_to_capacity(self):
+        # Megatron-Core: "moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity"
+        # (transformer_config.py __post_init__; Megatron-Bridge moe_token_drop.py apply_moe_token_drop)
+        if self.moe_pad_to_capacity and self.moe_capacity_factor is None:
+            raise PlanError("plan.moe_pad_to_capacity", "padding to capacity needs a capacity factor",
+                            "set moe_capacity_factor (e.g. 1.0), or moe_pad_to_capacity=false")
         return self
 
     @model_validator(mode="after")

@@ -284,6 +284,15 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["pp_schedule"] = schedule
     elif pp > 1 and fw.pp_schedule != "1f1b":
         notes.append(f"pipeline schedule unknown: {fw.pp_schedule} ({framework} default)")
+    capacity = (r.get("moe_capacity_factor") or "").strip()
+    if capacity:
+        try:
+            fields["moe_capacity_factor"] = float(capacity)
+        except ValueError:
+            raise DataError("moe_capacity_factor", f"cannot read {capacity!r}", "write a number, e.g. 1.0") from None
+    pad = _bool(r, "moe_pad_to_capacity")
+    if pad is not None:
+        fields["moe_pad_to_capacity"] = pad
     ep_overlap = _bool(r, "ep_overlap")
     if ep_overlap is not None:
         fields["overlap_ep_comm"] = ep_overlap

@@ -133,6 +133,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         moe_load_factor=_moe_load(model, plan, seq_len),
         moe_node_dedup=_node_dedup(model, plan), etp=etp if model.is_moe else 1,
         moe_dispatcher=(getattr(plan, "moe_dispatcher", None) or "alltoall") if model.is_moe else "alltoall",
+        moe_pad_capacity=_pad_capacity(model, plan),
         sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring,
     )
 
@@ -145,9 +146,16 @@ def _node_dedup(model: ModelSpec, plan) -> tuple[int, ...]:
     return (model.moe_top_k, model.moe_expert_groups, model.moe_topk_groups)
 
 
+def _pad_capacity(model: ModelSpec, plan) -> float:
+    """The capacity factor every expert's input is padded to (token-drop-and-pad), 0.0 when dropless."""
+    if not model.is_moe or not getattr(plan, "moe_pad_to_capacity", False):
+        return 0.0
+    return float(plan.moe_capacity_factor)
+
+
 def _moe_load(model: ModelSpec, plan, seq_len: int) -> float:
-    if not model.is_moe or plan.ep <= 1:
-        return 1.0
+    if not model.is_moe or plan.ep <= 1 or _pad_capacity(model, plan):
+        return 1.0   # padded to capacity: every rank runs c x the mean (priced in the routed tokens)
     tokens = plan.micro_batch * seq_len // plan.cp // plan.tp
     factor, _ = load_factor(getattr(plan, "moe_routing", "uniform"), getattr(plan, "moe_placement", "sequential"),
                             model.moe_num_experts, model.moe_top_k, plan.ep, max(1, tokens),

@@ -11,6 +11,7 @@ FlashAttention's backward does 2.5x the forward FLOPs (5 GEMMs against 2; Dao 20
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from typing import Any, Sequence
@@ -76,6 +77,7 @@ class LayerContext:
     moe_node_dedup: tuple[int, ...] = ()  # (top_k, groups, groups per token) with a node-deduplicating dispatcher
     etp: int = 1            # expert tensor-parallel size (expert_ffn is already divided by it)
     moe_dispatcher: str = "alltoall"  # alltoall (Megatron's) | deepep: which token passes the layer makes
+    moe_pad_capacity: float = 0.0  # token-drop-and-pad: every expert's input padded to this capacity factor (0: dropless)
     fused_norm: bool = True  # one norm kernel; False: PyTorch's composite in fp32 (eager)
     vocab_pad: int = 1      # the framework pads the vocabulary to a multiple of vocab_pad x tp
     loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
@@ -134,6 +136,13 @@ def stack_contexts(cs: Sequence[LayerContext]) -> LayerContext:
 def _float(x: Any) -> Any:
     """``float(x)``, element-wise on an array."""
     return x.astype(float) if isinstance(x, np.ndarray) else float(x)
+
+
+def _ceil_div_mul(n: Any, d: int, factor: float) -> Any:
+    """ceil(n / d x factor), element-wise on an array."""
+    if isinstance(n, np.ndarray):
+        return np.ceil(n / d * factor).astype(n.dtype)
+    return math.ceil(n / d * factor)
 
 
 def _all(cond: Any) -> bool:
@@ -375,6 +384,11 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     a = c.act_bytes
     tokens = c.moe_tokens                                     # the SP shard, gathered over expert TP
     routed = tokens * c.top_k                                 # token copies this rank sends (balanced)
+    padded = c.moe_pad_capacity > 0
+    if padded:
+        # token-drop-and-pad: every expert gets exactly its capacity, ceil(tokens x top_k / experts x c)
+        # rows (Megatron-Core moe_utils.get_capacity), dropped tokens and padding included, on every rank
+        routed = _ceil_div_mul(routed, c.num_experts, c.moe_pad_capacity) * c.num_experts
     router = gemm("moe.router", tokens, c.num_experts, c.hidden, "fp32", 4, 1, FWD, layer)
     fwd: list[Op] = [router, elementwise("moe.topk", tokens * c.num_experts * 8, FWD, layer,
                                          kernels=int(_ROUTER_KERNELS_FWD)),
@@ -383,11 +397,14 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
                           elementwise("moe.topk.bwd", tokens * c.num_experts * 8, BWD, layer,
                                       kernels=int(_ROUTER_KERNELS_BWD))]
     # the per-expert token counts of every EP rank (int64), gathered before the host can size the all-to-all
-    if _all(c.ep > 1):
+    # (padded to capacity, the splits and the experts' sizes are known on the host: no gather, no read-back;
+    # token_dispatcher.py MoEAlltoAllTokenDispatcher.preprocess returns before either when drop_and_pad)
+    if _all(c.ep > 1) and not padded:
         fwd.insert(2, collective("moe.token_counts", "all_gather", "ep", c.num_experts * 8 * c.ep, FWD, layer=layer))
     # the counts' device-to-host copy; the host waits for it (compute.host_sync)
-    fwd.append(Op("moe.dtoh_sync", OpKind.ELEMENTWISE, FWD, bytes=_float(8.0 * c.num_experts), layer=layer,
-                  extra={"host_sync": True}))
+    if not padded:
+        fwd.append(Op("moe.dtoh_sync", OpKind.ELEMENTWISE, FWD, bytes=_float(8.0 * c.num_experts), layer=layer,
+                      extra={"host_sync": True}))
     sort = c.moe_dispatcher != "deepep" and _all(c.experts_local > 1) and _all(c.ep > 1)
     if _all(c.ep > 1):
         fwd.append(collective("moe.dispatch", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
@@ -554,7 +571,12 @@ def _with_fp8_casts(ops: list[Op]) -> list[Op]:
     for op in ops:
         if op.kind == OpKind.GEMM and op.dtype == "fp8" and not op.name.endswith(".wgrad"):
             batch, m, _, k = op.shape
-            out.append(elementwise(op.name + ".fp8_cast", batch * m * k * 4, op.phase, op.layer))
+            cast = elementwise(op.name + ".fp8_cast", batch * m * k * 4, op.phase, op.layer)
+            if op.name.startswith("moe.expert."):
+                # routed experts: Transformer Engine's split_quantize quantizes each expert's rows apart
+                # (one kernel per expert, constants moe.expert_quantize_launch_host_s)
+                cast = replace(cast, extra={**cast.extra, "experts": batch})
+            out.append(cast)
         out.append(op)
     return out
 
