@@ -42,7 +42,7 @@ from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
 from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
 from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
-                   compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, runs_dualpipe,
+                   compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, pass_walls, runs_dualpipe,
                    step_bucket, tp_overlap_chunks)
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -832,7 +832,8 @@ class _Layout:
                                    cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
                                    pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
                     ag, rs, units, copies = fsdp[k]
-                    st.fsdp_s = exposed_fsdp(ag, rs, units, st.fwd_s, st.bwd_s + st.recompute_s, opg,
+                    fwd_wall, bwd_wall = pass_walls(st)
+                    st.fsdp_s = exposed_fsdp(ag, rs, units, fwd_wall, bwd_wall, opg,
                                              st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic) + copies
                     stage_times.append(st)
                 params_of = params_rows

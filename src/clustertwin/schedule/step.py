@@ -309,6 +309,20 @@ def exposed_tp(tp_s, tp, overlap):
     return where(logical_and(overlap, tp_s > 0), tp_s / tp, tp_s)
 
 
+def pass_walls(st: StageTime):
+    """The compute stream's wall time in one micro-batch's forward and in its backward (with its
+    recomputation): the compute of each pass plus its share of what the stream waits for in the open
+    (exposed TP, EP and CP communication, the busiest EP rank's extra), spread over the passes in
+    proportion to their compute. A prefetched FSDP collective runs on its own stream beside all of it,
+    so this, not the compute alone, is what hides it: where faster compute exposes more TP traffic, the
+    window the FSDP gathers hide behind shrinks only by what the step actually saves."""
+    bwd = st.bwd_s + st.recompute_s
+    compute = st.fwd_s + bwd
+    stalled = st.tp_s + st.ep_s + st.cp_s + st.moe_imbalance_s
+    share = where(compute > 0, stalled / maximum(compute, 1e-300), 0.0)
+    return st.fwd_s * (1 + share), bwd * (1 + share)
+
+
 def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0):
     """Exposed FSDP/ZeRO-3 time of one micro-batch. The framework gathers each of ``units`` units
     (a layer; a parameter group in DeepSpeed) before its forward and again before its backward, and
