@@ -39,6 +39,9 @@ _TP_CHUNK_STREAMS = value("gemm.tp_overlap_compute_streams")  # TE's compute str
 _EXPERT_STREAMS = int(value("moe.grouped_gemm_streams"))   # expert GEMMs that run at once (TE grouped linear)
 _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one expert's GEMM launch
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
+# torch SDPA's flash backend (PyTorch's build of FlashAttention-2) against Dao-AILab's build
+_SDPA_FA2_FWD, _SDPA_FA2_BWD = (value("attention.torch_sdpa_flash_forward_factor"),
+                                value("attention.torch_sdpa_flash_backward_factor"))
 
 
 def is_expert_gemm(op: Op) -> bool:
@@ -213,7 +216,7 @@ class ComputePricer:
             bwd = op.phase.value == "bwd"
             fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
             if op.name.startswith("attn.flash2") and fa2_eff is not None:
-                eff = fa2_eff
+                eff = fa2_eff * self._sdpa_factor(bwd)
                 seq_half = p.attention_fa2_seq_half or p.attention_seq_half
             else:
                 eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
@@ -225,6 +228,13 @@ class ComputePricer:
         blocks = b * heads * math.ceil(s_q / _QUERY_TILE)
         eff *= min(1.0, blocks / self.gpu.sm_count) if blocks < self.gpu.sm_count else 1.0
         return max(op.flops / (self.gpu.peak("bf16") * eff), op.bytes / self.mem_bw)
+
+    def _sdpa_factor(self, bwd: bool) -> float:
+        """FlashAttention-2 as torch SDPA's flash backend runs it, against the Dao-AILab build the profile's
+        attention_fa2 figures are for (constants attention.torch_sdpa_flash_*_factor); 1 for other stacks."""
+        if not self.fw.attention_sdpa:
+            return 1.0
+        return _SDPA_FA2_BWD if bwd else _SDPA_FA2_FWD
 
     def time(self, op: Op) -> float:
         t = self._cache.get(op)
@@ -284,7 +294,7 @@ class ComputePricer:
         fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
         eff: Any
         if op.name.startswith("attn.flash2") and fa2_eff is not None:
-            eff = fa2_eff
+            eff = fa2_eff * self._sdpa_factor(bwd)
             seq_half = p.attention_fa2_seq_half or p.attention_seq_half
         else:
             eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
