@@ -321,8 +321,8 @@ _COMPUTE: list[Constant] = [
     Constant("attention.torch_sdpa_flash_forward_factor", round(329.5 / 368, 3), "ratio",
              "pytorch/pytorch#142132 (torch nightly 2.6.0.dev20241204, H100, tritonbench flash_attention at "
              "(batch 1, heads 24, 4608 keys, head dim 128)): torch SDPA with its default backend, flash (PyTorch's "
-             "own build of FlashAttention-2, aten/src/ATen/native/transformers/cuda/flash_attn; cuDNN attention was "
-             "not chosen by default, #141133), runs 329.5 TFLOP/s forward where FA3 runs 631.8 on the same GPU, "
+             "own build of FlashAttention-2, aten/src/ATen/native/transformers/cuda/flash_attn, not cuDNN: 'This is "
+             "expected', the maintainer's answer there) runs 329.5 TFLOP/s forward where FA3 runs 631.8 on the same GPU, "
              "FA3's published speed at 4K (Shah et al. 2024, arXiv 2407.08608, Fig. 5: 638), so the GPU ran at full "
              "clock; Dao-AILab's FlashAttention-2 in that figure runs 368 at 4K, the source of the Hopper "
              "attention_fa2 efficiencies: 329.5 / 368",
