@@ -40,8 +40,10 @@ def test_torch_ring_merge_and_accumulation_bytes_per_step():
     kv = c.tokens * heads * 2 * d                        # K and V with the heads repeated (repeat_kv)
     merge = out * (value("cp.torch_forward_once_bytes_per_output_element")
                    + value("cp.torch_merge_bytes_per_output_element") * 3) \
-        + kv * value("cp.torch_kv_contiguous_bytes_per_element")
+        + kv * value("cp.torch_kv_contiguous_bytes_per_element") \
+        + kv * value("cp.torch_forward_kv_concat_bytes_per_element") * 3   # send buffer built on steps 0..cp-2
     assert f["attn.cp_merge"].bytes == pytest.approx(merge)
+    assert f["attn.cp_merge"].kernels == 2 + (int(value("cp.torch_merge_kernels_per_step")) + 1) * 3
     acc = (out * value("cp.torch_grad_accum_q_bytes_per_element")
            + kv * value("cp.torch_grad_accum_kv_bytes_per_element")) * 4 \
         + (out + kv) * value("cp.torch_grad_once_bytes_per_element") + kv * value("cp.torch_kv_contiguous_bytes_per_element")
@@ -152,3 +154,45 @@ def test_ring_cost_grows_with_the_ring_but_never_beats_cp1_per_token():
     t = [ct.predict_job(_job("torchtitan-compile", cp=cp, seq=16384 * cp, dp=1, global_batch=1)).step_time_s
          for cp in (1, 2, 4, 8)]
     assert t == sorted(t)
+
+
+def _attention_ops(framework: str):
+    model = load_model(MODEL)
+    plan = make_plan(tp=1, pp=1, dp=8, cp=1, zero_stage=3, micro_batch=1, recompute="full",
+                     attention_kernel="flash2")       # torchtitan's kernel (FrameworkProfile.attention_kernel)
+    c = layer_context(model, plan, 32768, get_framework(framework))
+    fwd, bwd, _ = layer_ops(c, False)
+    return ([op for op in fwd if op.kind == OpKind.ATTENTION][0], [op for op in bwd if op.kind == OpKind.ATTENTION][0])
+
+
+def _compute_pricer(framework: str):
+    from clustertwin.cost.compute import ComputePricer
+    from clustertwin.cost.profile import default_profile
+    gpu = cluster_for_gpu("h100-sxm", 8).gpu
+    return ComputePricer(gpu, default_profile(gpu), get_framework(framework))
+
+
+def test_torch_sdpa_runs_flash_attention_2_at_pytorchs_measured_speed():
+    """torchtitan calls torch SDPA, whose flash backend is PyTorch's build of FlashAttention-2: its
+    attention time is the FA2 time over the measured factors, forward and backward; megatron-style stacks
+    (no SDPA) keep the FA2 figures as they are."""
+    fwd, bwd = _attention_ops("torchtitan-compile")
+    assert fwd.name.startswith("attn.flash2") and bwd.name.startswith("attn.flash2")
+    sdpa = _compute_pricer("torchtitan-compile")
+    plain = _compute_pricer("megatron")
+    assert get_framework("torchtitan-compile").attention_sdpa and not get_framework("megatron").attention_sdpa
+    gap = sdpa.fw.kernel_gap_s * fwd.kernels
+    gap_plain = plain.fw.kernel_gap_s * fwd.kernels
+    f_factor = value("attention.torch_sdpa_flash_forward_factor")
+    b_factor = value("attention.torch_sdpa_flash_backward_factor")
+    assert 0 < b_factor < f_factor < 1                    # SDPA's flash lags more in backward (0.817 vs 0.842)
+    assert sdpa.time(fwd) - gap == pytest.approx((plain.time(fwd) - gap_plain) / f_factor, rel=1e-9)
+    assert sdpa.time(bwd) - gap == pytest.approx((plain.time(bwd) - gap_plain) / b_factor, rel=1e-9)
+
+
+def test_torch_sdpa_factor_is_the_same_in_the_array_compute_pricer():
+    import numpy as np
+    fwd, bwd = _attention_ops("torchtitan-compile")
+    sdpa = _compute_pricer("torchtitan-compile")
+    for op in (fwd, bwd):
+        assert float(np.asarray(sdpa.times(op))) == pytest.approx(sdpa.time(op), rel=1e-9)

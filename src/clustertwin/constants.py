@@ -318,6 +318,26 @@ _COMPUTE: list[Constant] = [
              "Shah et al. 2024 (arXiv 2407.08608) Fig. 5, forward at 16K keys: head dim 64 runs at 0.73 of head "
              "dim 128 with FA3 (473 vs 648 TFLOP/s) and 0.81 with FA2 (299 vs 370); (64/128)^0.5 = 0.71",
              "attention time: efficiency x min(1, d / 128)^0.5 for head dim d"),
+    Constant("attention.torch_sdpa_flash_forward_factor", round(329.5 / 368, 3), "ratio",
+             "pytorch/pytorch#142132 (torch nightly 2.6.0.dev20241204, H100, tritonbench flash_attention at "
+             "(batch 1, heads 24, 4608 keys, head dim 128)): torch SDPA with its default backend, flash (PyTorch's "
+             "own build of FlashAttention-2, aten/src/ATen/native/transformers/cuda/flash_attn, not cuDNN: 'This is "
+             "expected', the maintainer's answer there) runs 329.5 TFLOP/s forward where FA3 runs 631.8 on the same GPU, "
+             "FA3's published speed at 4K (Shah et al. 2024, arXiv 2407.08608, Fig. 5: 638), so the GPU ran at full "
+             "clock; Dao-AILab's FlashAttention-2 in that figure runs 368 at 4K, the source of the Hopper "
+             "attention_fa2 efficiencies: 329.5 / 368",
+             "attention time: the FlashAttention-2 efficiency (profile attention_fa2_fwd_efficiency) of a stack "
+             "that calls torch SDPA (FrameworkProfile.attention_sdpa: torchtitan), forward and recomputation"),
+    Constant("attention.torch_sdpa_flash_backward_factor", round(329.5 / 368 * (245.5 / 300.6) / (310 / 368), 3),
+             "ratio",
+             "the forward factor (attention.torch_sdpa_flash_forward_factor) times SDPA flash's backward/forward "
+             "speed over Dao-AILab FlashAttention-2's: pytorch/pytorch#128888 (H100, batch 1, 16 heads, 4096 "
+             "keys, head dim 128, non-causal, SDPBackend.FLASH_ATTENTION) measures 457.1 us forward and 1,399 us "
+             "backward, 300.6 and 245.5 TFLOP/s with the backward's 2.5x FLOPs (ratio 0.817); Shah et al. 2024 "
+             "(H100 80GB SXM5, head dim 128, 4K keys), FlashAttention-2: 368 forward (Fig. 5), 310 backward (its "
+             "backward-speed figure), ratio 0.842",
+             "attention time: the FlashAttention-2 backward efficiency (profile attention_fa2_bwd_efficiency) of a "
+             "stack that calls torch SDPA (FrameworkProfile.attention_sdpa: torchtitan)"),
     Constant("optimizer.kernels", 4, "kernels",
              "assumed: the fused multi-tensor Adam (apex / torch foreach) launches a handful of kernels for the "
              "whole step, not one per tensor",
@@ -917,6 +937,13 @@ _TORCH_STACK: list[Constant] = [
              "torchtitan passes (repeat_kv output transposed to (bs, heads, seq, dim): not contiguous; "
              "torchtitan models/llama/model.py) -- read 2, write 2 bytes per element, forward and backward",
              "torch ring attention: the K/V copies at the start of forward and backward"),
+    Constant("cp.torch_forward_kv_concat_bytes_per_element", 4, "bytes/element",
+             "_templated_ring_attention: every step but the last builds the send buffer, next_kv = "
+             "torch.cat([key.flatten(), value.flatten()]) (read 2, write 2 bytes per K/V element), before "
+             "rotater.exchange_buffers; the all-gather rotater (torchtitan's default) sends only the first one "
+             "(_AllGatherRotater.exchange_buffers: 'We only need to perform the allgather once') but the "
+             "concatenation runs every step",
+             "torch ring attention: forward K/V concatenation per ring step but the last"),
     Constant("cp.torch_grad_once_bytes_per_element", 10, "bytes/element",
              "_templated_ring_attention_backward: torch.zeros_like float32 accumulators for dQ, dK, dV (write "
              "4) and the final casts to the input dtype (grad_query.to, next_grad_kv.to: read 4, write 2)",

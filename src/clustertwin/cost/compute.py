@@ -41,6 +41,9 @@ _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
 _EXPERT_QUANTIZE_HOST = value("moe.expert_quantize_launch_host_s")   # one expert's FP8 input quantize launch
 _EXPERT_PY_HOST = value("moe.expert_python_host_s")    # TE grouped linear's Python per expert (FP8 fwd, wgrad)
+# torch SDPA's flash backend (PyTorch's build of FlashAttention-2) against Dao-AILab's build
+_SDPA_FA2_FWD, _SDPA_FA2_BWD = (value("attention.torch_sdpa_flash_forward_factor"),
+                                value("attention.torch_sdpa_flash_backward_factor"))
 
 
 def is_expert_gemm(op: Op) -> bool:
@@ -227,7 +230,7 @@ class ComputePricer:
             bwd = op.phase.value == "bwd"
             fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
             if op.name.startswith("attn.flash2") and fa2_eff is not None:
-                eff = fa2_eff
+                eff = fa2_eff * self._sdpa_factor(bwd)
                 seq_half = p.attention_fa2_seq_half or p.attention_seq_half
             else:
                 eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
@@ -239,6 +242,13 @@ class ComputePricer:
         blocks = b * heads * math.ceil(s_q / _QUERY_TILE)
         eff *= min(1.0, blocks / self.gpu.sm_count) if blocks < self.gpu.sm_count else 1.0
         return max(op.flops / (self.gpu.peak("bf16") * eff), op.bytes / self.mem_bw)
+
+    def _sdpa_factor(self, bwd: bool) -> float:
+        """FlashAttention-2 as torch SDPA's flash backend runs it, against the Dao-AILab build the profile's
+        attention_fa2 figures are for (constants attention.torch_sdpa_flash_*_factor); 1 for other stacks."""
+        if not self.fw.attention_sdpa:
+            return 1.0
+        return _SDPA_FA2_BWD if bwd else _SDPA_FA2_FWD
 
     def time(self, op: Op) -> float:
         t = self._cache.get(op)
@@ -298,7 +308,7 @@ class ComputePricer:
         fa2_eff = p.attention_fa2_bwd_efficiency if bwd else p.attention_fa2_fwd_efficiency
         eff: Any
         if op.name.startswith("attn.flash2") and fa2_eff is not None:
-            eff = fa2_eff
+            eff = fa2_eff * self._sdpa_factor(bwd)
             seq_half = p.attention_fa2_seq_half or p.attention_seq_half
         else:
             eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency

@@ -111,6 +111,11 @@ class FrameworkProfile:
     # 2024 (K/V all-gathered once, repeated K/V heads, one SDPA call per ring step, fp32 output merges and
     # fp32 dQ/dK/dV accumulation passed around the ring: transformer.py _torch_ring_ops)
     cp_ring: str = ""
+    # attention through torch.nn.functional.scaled_dot_product_attention, whose flash backend is PyTorch's
+    # own build of FlashAttention-2 (aten/src/ATen/native/transformers/cuda/flash_attn), measured slower on
+    # Hopper than Dao-AILab's build the attention_fa2 efficiencies come from (constants
+    # attention.torch_sdpa_flash_forward_factor / _backward_factor; cost/compute.py)
+    attention_sdpa: bool = False
     # the optimizer step's memory passes: "fused" (one multi-tensor Adam pass, optimizer_traffic) or
     # "torch_foreach" (torch.optim.AdamW(foreach=True) and clip_grad_norm_: one pass per foreach op)
     optimizer_impl: str = "fused"
@@ -286,7 +291,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
-                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
+                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
@@ -295,7 +300,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
-                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
+                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     # HAI-LLM, DeepSeek's in-house framework, as the DeepSeek-V3 Technical Report (arXiv 2412.19437)
@@ -361,6 +366,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
                      master_in_optimizer=False, selective_recompute="ops", attention_kernel="flash2",
                      fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
+                     attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),

@@ -32,6 +32,7 @@ _CP_ACC_Q, _CP_ACC_KV, _CP_BWD_ONCE = (value("cp.torch_grad_accum_q_bytes_per_el
                                        value("cp.torch_grad_accum_kv_bytes_per_element"),
                                        value("cp.torch_grad_once_bytes_per_element"))
 _CP_GRAD_XCHG = value("cp.torch_grad_exchange_bytes_per_element")
+_CP_FWD_KV_CAT = value("cp.torch_forward_kv_concat_bytes_per_element")
 _CP_MERGE_KERNELS = int(value("cp.torch_merge_kernels_per_step"))
 _CP_ACC_KERNELS = int(value("cp.torch_grad_accum_kernels_per_step"))
 _ROUTER_KERNELS_FWD = value("moe.router_kernels_forward")   # router, aux loss and dispatcher preprocess
@@ -318,7 +319,8 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
       the loop (``LAST_STEP_CP``).
     * forward: one flash call per step (priced by the attention kernel), each step's output cast to
       float32 and merged with the running output and log-sum-exp in eager kernels
-      (``cp.torch_merge_*``), the first cast and the final cast back, the K/V made contiguous.
+      (``cp.torch_merge_*``), the first cast and the final cast back, the K/V made contiguous, and the
+      K/V concatenated into a send buffer every step but the last (``cp.torch_forward_kv_concat_*``).
     * backward: float32 zeros for dQ/dK/dV, per step dQ and dK/dV accumulated in float32, the chunks
       concatenated, the send buffers built (``cp.torch_grad_*``), the final casts.
     """
@@ -330,7 +332,8 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     fwd = [collective("attn.cp_allgather", "all_gather", "cp", kv_bytes * c.cp, FWD, overlappable=True,
                       layer=layer),
            elementwise("attn.cp_merge", out_elems * (_CP_FWD_ONCE + _CP_MERGE * (steps - 1))
-                       + kv_elems * _CP_KV_CONTIG, FWD, layer, kernels=2 + _CP_MERGE_KERNELS * (steps - 1))]
+                       + kv_elems * (_CP_KV_CONTIG + _CP_FWD_KV_CAT * (steps - 1)), FWD, layer,
+                       kernels=2 + (_CP_MERGE_KERNELS + 1) * (steps - 1))]
     bwd = [collective("attn.cp_allgather.bwd", "all_gather", "cp", kv_bytes * c.cp, BWD, overlappable=True,
                       layer=layer),
            collective("attn.cp_grad_exchange", "send_recv", "cp", kv_elems * _CP_GRAD_XCHG * (steps - 1), BWD,
