@@ -517,3 +517,52 @@ def test_a_token_budget_below_the_batch_limit_is_refused(capsys):
                          "--output-len", "16", "--num-requests", "10", "--concurrency", "2")
     assert code == 2 and "max-num-batched-tokens" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_name() -> None:
+    from clustertwin.serve.engines import engine_for_version, parse_version
+    assert parse_version("0.7.3.dev138+g21f6ca217") == (0, 7, 3) and parse_version("v0.4.3.post2") == (0, 4, 3)
+    assert parse_version("") is None and parse_version("nightly") is None
+    vllm = get_engine("vllm")
+    old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 1
+    assert engine_for_version(vllm, "0.7.3", mla=False)[0] == vllm       # a GQA model keeps chunked prefill
+    assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
+    assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
+    assert engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0] == get_engine("sglang")
+
+
+def test_which_engines_run_decodes_in_a_prefill_step() -> None:
+    assert get_engine("sglang").prefill_stalls_decode                     # prefill batches run alone
+    assert not get_engine("trtllm").prefill_stalls_decode                # in-flight batching mixes them
+    vllm = get_engine("vllm")
+    assert not vllm.prefill_stalls_decode and vllm.with_overrides(chunked_prefill=False).prefill_stalls_decode
+
+
+def test_a_prefill_step_that_stalls_decodes_slows_their_tokens() -> None:
+    # Poisson arrivals: every arrival's prefill step holds up the running decodes, so the time per output
+    # token grows against an engine that runs them in the same step (whose prefill steps carry the decodes,
+    # so its first tokens come later); every request still finishes
+    eng = get_engine("vllm").with_overrides(chunked_prefill=False)
+    runs = {}
+    for mixed in ("chunked", "always"):
+        s = setup("llama3-8b", "h100-sxm", 1, engine=eng.with_overrides(mixed_batches=mixed))
+        mem = memory_plan(s, 2048 + 256)
+        sim = Simulator(s, mem.kv_cache_tokens)
+        assert sim.stall is (mixed == "chunked")
+        runs[mixed] = sim.run(make_requests(200, 2048, 256, workload="poisson", request_rate=8, seed=0))
+    assert np.isfinite(runs["chunked"].finish_s).all()
+    assert runs["chunked"].tpot_s.mean() > runs["always"].tpot_s.mean()
+    assert runs["chunked"].ttft_s.mean() < runs["always"].ttft_s.mean()
+
+
+def test_engine_version_of_a_row_reaches_the_request() -> None:
+    from clustertwin.serve.run import build_setup
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(engine="vllm", engine_version="0.7.3", notes="")
+    q = request_of(row, [])
+    assert q.engine_version == "0.7.3"
+    s = build_setup(q)[0]
+    assert s.engine.chunked_prefill is (s.model.mla is None)      # V0 turns it off for MLA models only

@@ -312,7 +312,7 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
     adp = tp if flags.pop("adp", False) and tp > 1 else 1
     return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp, **flags,
                         plan=f"tp={tp},pp={pp},ep={ep},dp={dp},adp={adp}", engine=_cell(r, "engine") or "vllm",
-                        precision=precision, kv_cache_dtype=kv, workload=workload,
+                        engine_version=_cell(r, "engine_version") or None, precision=precision, kv_cache_dtype=kv, workload=workload,
                         num_requests=n, max_num_seqs=max_batch, **lengths, **kw)
 
 
