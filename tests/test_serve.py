@@ -520,13 +520,16 @@ def test_a_token_budget_below_the_batch_limit_is_refused(capsys):
 
 
 def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_name() -> None:
+    from clustertwin.constants import value
     from clustertwin.serve.engines import engine_for_version, parse_version
     assert parse_version("0.7.3.dev138+g21f6ca217") == (0, 7, 3) and parse_version("v0.4.3.post2") == (0, 4, 3)
     assert parse_version("") is None and parse_version("nightly") is None
     vllm = get_engine("vllm")
     old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
-    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 1
-    assert engine_for_version(vllm, "0.7.3", mla=False)[0] == vllm       # a GQA model keeps chunked prefill
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 2
+    gqa = engine_for_version(vllm, "0.7.3", mla=False)[0]                # a GQA model keeps chunked prefill,
+    assert gqa.chunked_prefill and gqa.eager_dispatch_s == value("host.torch_forward_per_kernel_s")  # V0: eager
+    assert vllm.eager_dispatch_s == value("host.compiled_per_kernel_s")  # V1 compiles
     assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
     assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
     assert engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0] == get_engine("sglang")
@@ -566,3 +569,20 @@ def test_engine_version_of_a_row_reaches_the_request() -> None:
     assert q.engine_version == "0.7.3"
     s = build_setup(q)[0]
     assert s.engine.chunked_prefill is (s.model.mla is None)      # V0 turns it off for MLA models only
+
+
+def test_eager_steps_cost_the_engines_host_time_per_kernel() -> None:
+    from clustertwin.constants import value
+    from clustertwin.serve.run import build_setup
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=128, output_len=8, num_requests=2)
+    v1 = build_setup(ServeRequest(**q))[0]
+    eager = build_setup(ServeRequest(**q, enforce_eager=True))[0]
+    assert eager.engine.eager_dispatch_s == value("host.torch_forward_per_kernel_s") > v1.engine.eager_dispatch_s
+    p, pe = StepPricer(v1), StepPricer(eager)
+    k = p.kernel_count(1)
+    # host-bound decode outside a graph: max(gaps, launches - GPU time) + the engine's host time per step
+    gpu = p.price(decode_seqs=1, decode_context=128).total_s - p.price(decode_seqs=1, decode_context=128).overhead_s
+    want = max(k * value("host.kernel_gap_s"), k * value("host.torch_forward_per_kernel_s") - gpu) + \
+        eager.engine.step_overhead_s
+    assert pe.overhead(gpu, graph=False, kernels=k) == pytest.approx(want, rel=1e-12)
+    assert pe.overhead(gpu, graph=False, kernels=k) >= p.overhead(gpu, graph=False, kernels=k)

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..constants import value
 from ..errors import SpecError
+
+# host time per kernel a step launches outside a CUDA graph: compiled code (a torch.compile'd graph's
+# generated wrapper, or a C++ runtime) or eager PyTorch modules (see constants host.*_per_kernel_s)
+_COMPILED = value("host.compiled_per_kernel_s")
+_EAGER = value("host.torch_forward_per_kernel_s")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class EngineProfile:
     # in-flight batching), ``chunked`` (vLLM: with chunked prefill; its V0 default scheduler without it runs
     # prefill-only steps), ``never`` (SGLang: a prefill batch runs alone unless --enable-mixed-chunk)
     mixed_batches: str = "chunked"
+    eager_dispatch_s: float = _COMPILED     # host time per kernel launched outside a CUDA graph
     sources: tuple[str, ...] = ()
 
     @property
@@ -56,7 +63,7 @@ ENGINES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
         "vllm", block_size=16, memory_fraction=0.9, memory_basis="total", max_num_seqs=256,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=512,
-        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0,
+        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0, eager_dispatch_s=_COMPILED,
         sources=(
             "block_size 16: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (docs.vllm.ai/en/stable/api/vllm/config/cache/)",
             "gpu_memory_utilization 0.9: vLLM engine arguments (docs.vllm.ai, engine_args; 0.92 in the newest "
@@ -76,6 +83,11 @@ ENGINES: dict[str, EngineProfile] = {
             "without chunked prefill (--enable-chunked-prefill=False, or V0's default for MLA models, see "
             "VERSION_RULES) a step runs prefills or decodes, never both: vLLM V0 vllm/core/scheduler.py "
             "_schedule_default, 'Don't schedule decodes if prefills are scheduled'",
+            "outside CUDA graphs (prefill steps, batches above the captured sizes) the V1 engine runs the "
+            "model torch.compile'd ('In vLLM's V1 architecture, torch.compile is enabled by default', "
+            "docs.vllm.ai/en/latest/design/torch_compile/), so a kernel costs the compiled launch "
+            "(host.compiled_per_kernel_s); V0 (below 0.8, VERSION_RULES) runs the nn.Modules eagerly, and so "
+            "does --enforce-eager ('Turn off torch.compile and CUDAGraphs', docs.vllm.ai design/debug_vllm_compile)",
             "admission: a request is admitted when its next chunk's blocks are free (nothing reserved for its "
             "output); when the cache runs out the newest request is preempted and recomputed (vLLM docs, "
             "'Preemption' in Optimization and Tuning: recompute is the V1 default)",
@@ -84,6 +96,7 @@ ENGINES: dict[str, EngineProfile] = {
         "sglang", block_size=1, memory_fraction=0.88, memory_basis="static", max_num_seqs=1024,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=160,
         step_overhead_s=0.5e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=0.5, mixed_batches="never",
+        eager_dispatch_s=_EAGER,
         sources=(
             "page_size 1: SGLang server arguments default (docs.sglang.ai, server_args)",
             "mem_fraction_static 0.88: SGLang ServerArgs default for a single GPU of 80 GB class (sglang "
@@ -100,6 +113,9 @@ ENGINES: dict[str, EngineProfile] = {
             "batch only when none forms; decodes join a prefill batch only with --enable-mixed-chunk "
             "(ServerArgs.enable_mixed_chunk default False; python/sglang/srt/managers/scheduler.py and "
             "server_args.py, v0.3-v0.4 and later)",
+            "outside CUDA graphs the model's nn.Modules run eagerly (host.torch_forward_per_kernel_s a "
+            "kernel): torch.compile is off by default (ServerArgs.enable_torch_compile False) and, when on, "
+            "compiles only the CUDA-graph batch sizes up to --torch-compile-max-bs (server_args.py, v0.3-v0.4)",
             "step_overhead 0.5 ms: assumed: SGLang's overlap scheduler runs the CPU work of the next batch "
             "while the GPU runs this one ('zero-overhead batch scheduler', SGLang v0.4 blog, lmsys.org "
             "2024-12-04); the residue is a guess",
@@ -142,6 +158,11 @@ class VersionRule:
 
 
 VERSION_RULES: tuple[VersionRule, ...] = (
+    VersionRule(
+        "vllm", (0, 8), "", (("eager_dispatch_s", _EAGER),),
+        "vLLM below 0.8 runs its V0 engine (V1 became the default in v0.8.0), whose model runs as eager "
+        "nn.Modules outside CUDA graphs (torch.compile only at -O levels above 0; V1 compiles by default: "
+        "docs.vllm.ai/en/latest/design/torch_compile/): host.torch_forward_per_kernel_s a kernel"),
     VersionRule(
         "vllm", (0, 8), "mla", (("chunked_prefill", False),),
         "vLLM below 0.8 runs its V0 engine (V1 became the default in v0.8.0), and V0 serves MLA models without "

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..constants import value
 from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
 from . import dataset, energy
@@ -234,7 +235,10 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
                         f"max-num-seqs {eng.max_num_seqs}: a decode step could not give each running sequence a token",
                         f"give --max-num-batched-tokens of at least {eng.max_num_seqs}, or lower --max-num-seqs")
     if q.enforce_eager:
-        eng = eng.with_overrides(cuda_graph_max_batch=0)
+        # vLLM --enforce-eager turns off torch.compile too, and SGLang runs its modules eagerly outside graphs:
+        # every kernel at eager PyTorch's host cost (a TensorRT engine keeps its C++ enqueue)
+        eager = eng.eager_dispatch_s if eng.name == "trtllm" else value("host.torch_forward_per_kernel_s")
+        eng = eng.with_overrides(cuda_graph_max_batch=0, eager_dispatch_s=eager)
         notes.append("eager: no CUDA graphs, every kernel launched from the host")
     if not eng.chunked_prefill:
         notes.append("chunked prefill off: a prompt is prefilled whole in one iteration (vLLM "

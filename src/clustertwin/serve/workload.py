@@ -61,7 +61,6 @@ ACT_BYTES = 2.0   # activations stay 16-bit
 # attn_split, per_step, with the files and tags they were read from)
 _SPLIT_FILL = value("serve.attn_split_fill")   # split-KV decode only below this fill of the SMs
 _GAP = value("host.kernel_gap_s")                    # GPU idle between kernels on a busy queue
-_EAGER_DISPATCH = value("host.compiled_per_kernel_s")  # host time per kernel outside a CUDA graph
 
 
 def parse_serve_plan(text: str | None) -> dict[str, int]:
@@ -457,9 +456,10 @@ class StepPricer:
         return self.kernels + (self.split_kernels if split else 0)
 
     def overhead(self, gpu_s: float, graph: bool, kernels: int | None = None) -> float:
-        """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time."""
+        """Kernel gaps, or the host's launches where they bound the step (outside a CUDA graph, at the
+        engine's host time per kernel: compiled or eager modules), plus the engine's host time."""
         k = self.kernels if kernels is None else kernels
-        launch = k * _GAP if graph else max(k * _GAP, k * _EAGER_DISPATCH - gpu_s)
+        launch = k * _GAP if graph else max(k * _GAP, k * self.s.engine.eager_dispatch_s - gpu_s)
         return launch + self.s.engine.step_overhead_s
 
     # ---- one iteration -------------------------------------------------------------------------
