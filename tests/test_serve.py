@@ -586,3 +586,29 @@ def test_eager_steps_cost_the_engines_host_time_per_kernel() -> None:
         eager.engine.step_overhead_s
     assert pe.overhead(gpu, graph=False, kernels=k) == pytest.approx(want, rel=1e-12)
     assert pe.overhead(gpu, graph=False, kernels=k) >= p.overhead(gpu, graph=False, kernels=k)
+
+
+def test_ffn_only_fp8_keeps_attention_and_edge_layers_16_bit() -> None:
+    m = load_model("llama3.1-405b")
+    fp8, ffn = (setup("llama3.1-405b", "h100-sxm", 8, tp=8, precision=p) for p in ("fp8", "fp8-ffn"))
+    attn = sum(w for name, *_, w in ffn.gemms(1, False) if name.startswith("attn."))
+    mlp = sum(w for name, *_, w in ffn.gemms(1, False) if name.startswith("mlp."))
+    # hand count: attention weights at 2 bytes instead of 1 in every layer, the MLP of the first and last too
+    extra = attn * m.num_layers + mlp * 2
+    assert ffn.weight_bytes_per_gpu - fp8.weight_bytes_per_gpu == pytest.approx(extra, rel=1e-9)
+    assert ffn.gemm_format("mlp.up") == (1.0, "fp8") and ffn.gemm_format("mlp.up", edge=True) == (2.0, "bf16")
+    assert ffn.gemm_format("attn.qkv") == (2.0, "bf16") and fp8.gemm_format("attn.qkv") == (1.0, "fp8")
+    # more bytes read per decode step: never faster; a smaller KV cache
+    d = dict(decode_seqs=4, decode_context=4000)
+    assert StepPricer(ffn).price(**d).total_s > StepPricer(fp8).price(**d).total_s
+    assert memory_plan(ffn, 4096).kv_cache_tokens < memory_plan(fp8, 4096).kv_cache_tokens
+
+
+def test_a_row_serving_metas_fp8_checkpoint_is_priced_ffn_only() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(precision="fp8", notes="vllm serve meta-llama/Llama-3.1-405B-FP8 --tensor-parallel-size 8")
+    assert request_of(row, []).precision == "fp8-ffn"
+    row.update(notes="vllm serve amd/Llama-3.1-405B-Instruct-FP8-KV")
+    assert request_of(row, []).precision == "fp8"

@@ -204,6 +204,10 @@ def model_of(r: dict, notes: list[str]):
 
 TRACE_DIR = Path("serving_sources") / "lengths"
 
+# Meta's own FP8 checkpoints (meta-llama/Llama-3.1-405B-FP8 and its Instruct twin) quantize the feed-forward
+# layers only (Llama 3 paper, arXiv 2407.21783, Sec. 6.2): a row serving one is priced as precision fp8-ffn
+_META_FP8 = re.compile(r"meta-llama/(?:Meta-)?Llama-3\.1-\d+B(?:-Instruct)?-FP8(?![-\w])")
+
 # engine flags a row's notes quote (the schema has no column for them): (pattern, what it sets)
 _FLAGS = (
     (re.compile(r"enable_attention_dp|--enable-dp-attention"), "adp"),
@@ -277,6 +281,10 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
         dp = max(1, num_gpus // (tp * pp))
         notes.append(f"dp_replicas empty: assumed num_gpus / (tp*pp) = {dp}")
     precision = _cell(r, "precision").lower()
+    if precision == "fp8" and _META_FP8.search(_cell(r, "notes")):
+        precision = "fp8-ffn"
+        notes.append("precision: Meta's FP8 checkpoint -> fp8-ffn (feed-forward GEMMs of the inner layers in FP8, "
+                     "attention and the first and last layers 16-bit: Llama 3 paper, arXiv 2407.21783, Sec. 6.2)")
     if not precision:
         arch = _cell(r, "arch").lower()
         precision, why = _PUBLISHED_PRECISION.get(arch, ("bf16", "16-bit weights"))
