@@ -612,3 +612,19 @@ def test_a_row_serving_metas_fp8_checkpoint_is_priced_ffn_only() -> None:
     assert request_of(row, []).precision == "fp8-ffn"
     row.update(notes="vllm serve amd/Llama-3.1-405B-Instruct-FP8-KV")
     assert request_of(row, []).precision == "fp8"
+
+
+def test_trtllm_pytorch_backend_before_1_0_decodes_without_cuda_graphs() -> None:
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    from clustertwin.validate.serving import request_of
+    trt = get_engine("trtllm")
+    old, notes = engine_for_version(trt, "0.17.post1.dev", mla=True, backend="pytorch")
+    assert old.cuda_graph_max_batch == 0 and old.eager_dispatch_s == value("host.torch_forward_per_kernel_s")
+    assert len(notes) == 1
+    assert engine_for_version(trt, "0.17", mla=True)[0] == trt             # the TensorRT engine runtime
+    assert engine_for_version(trt, "1.0", mla=True, backend="pytorch")[0] == trt
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(engine="trtllm", notes="server: trtllm-serve --backend pytorch --max_batch_size 512")
+    assert request_of(row, []).engine_backend == "pytorch"

@@ -146,9 +146,9 @@ ENGINES: dict[str, EngineProfile] = {
 
 @dataclass(frozen=True)
 class VersionRule:
-    """A default an engine release changes, for the models it concerns: ``overrides`` apply to releases
-    below ``before`` (a release tuple) serving a model with ``needs`` (``mla``: multi-head latent
-    attention; ``""``: any model)."""
+    """A default an engine release changes, for the runs it concerns: ``overrides`` apply to releases
+    below ``before`` (a release tuple) when the run has ``needs`` (``mla``: a model with multi-head latent
+    attention; ``pytorch``: TensorRT-LLM's PyTorch backend, trtllm-serve --backend pytorch; ``""``: any run)."""
 
     engine: str
     before: tuple[int, ...]
@@ -171,6 +171,13 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "from 0.7.4 V0's EngineArgs._set_default_args_v0 keeps it off ('Chunked prefill not supported for "
         "Multimodal or MLA in V0'); V0's default scheduler then runs prefill-only steps that stall the "
         "running decodes"),
+    VersionRule(
+        "trtllm", (0, 21), "pytorch", (("cuda_graph_max_batch", 0), ("eager_dispatch_s", _EAGER)),
+        "TensorRT-LLM's PyTorch backend before the 1.0 API runs the model as eager nn.Modules unless told "
+        "otherwise: PyTorchConfig.use_cuda_graph defaults to False ('If true, use CUDA graphs for decoding') "
+        "and torch_compile_enabled to False (tensorrt_llm/_torch/pyexecutor/config.py, read at 0.20; the "
+        "backend first shipped in 0.17, 'The PyTorch backend of TensorRT LLM is available in version 0.17 and "
+        "later', docs torch.md); a trtllm-serve launch without --extra_llm_api_options keeps them"),
 )
 
 
@@ -192,15 +199,18 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
     return tuple(nums) or None
 
 
-def engine_for_version(profile: EngineProfile, version: str | None, mla: bool) -> tuple[EngineProfile, list[str]]:
-    """``profile`` with the VERSION_RULES that hold for ``version`` (and a model with MLA when ``mla``), and
-    one note per rule applied. An unknown or empty version keeps the profile (the current defaults)."""
+def engine_for_version(profile: EngineProfile, version: str | None, mla: bool,
+                       backend: str | None = None) -> tuple[EngineProfile, list[str]]:
+    """``profile`` with the VERSION_RULES that hold for ``version`` (a model with MLA when ``mla``; the
+    engine's ``backend``, e.g. ``pytorch``), and one note per rule applied. An unknown or empty version keeps
+    the profile (the current defaults)."""
     rel = parse_version(version)
     notes: list[str] = []
     if rel is None:
         return profile, notes
+    have = {"": True, "mla": mla, "pytorch": (backend or "").lower() == "pytorch"}
     for rule in VERSION_RULES:
-        if rule.engine != profile.name or rel >= rule.before or (rule.needs == "mla" and not mla):
+        if rule.engine != profile.name or rel >= rule.before or not have.get(rule.needs, False):
             continue
         profile = replace(profile, **dict(rule.overrides))   # type: ignore[arg-type]
         notes.append(f"{profile.name} {version}: " + rule.note)

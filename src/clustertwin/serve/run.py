@@ -40,6 +40,7 @@ class ServeRequest:
     plan: str | None = None
     engine: str = "vllm"
     engine_version: str | None = None   # the release, e.g. "0.7.3": applies serve.engines.VERSION_RULES
+    engine_backend: str | None = None   # TensorRT-LLM's runtime: "pytorch" (trtllm-serve --backend pytorch)
     precision: str = "bf16"
     kv_cache_dtype: str | None = None
     input_len: int | None = None
@@ -220,7 +221,8 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     from ..jobs import resolve_cluster
     notes: list[str] = []
     m = load_model(q.model)
-    eng, version_notes = engine_for_version(get_engine(q.engine), q.engine_version, m.mla is not None)
+    eng, version_notes = engine_for_version(get_engine(q.engine), q.engine_version, m.mla is not None,
+                                            q.engine_backend)
     notes += version_notes
     overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens,
                  "scheduler_steps": q.num_scheduler_steps, "chunked_prefill": q.chunked_prefill}

@@ -216,13 +216,15 @@ _FLAGS = (
     # the per-iteration token budget: vLLM --max-num-batched-tokens, TensorRT-LLM --max_num_tokens
     (re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)"), "max_num_batched_tokens"),
     (re.compile(r"--enable-chunked-prefill=False"), "chunked_prefill"),
+    (re.compile(r"trtllm-serve --backend pytorch"), "engine_backend"),
 )
-_FLAG_VALUE = {"chunked_prefill": False}   # a flag that switches an engine default off
+_FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch"}   # what a flag without a number sets
 
 
 def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
     """Engine options the row's ``notes`` state as launch flags: attention data parallelism, vLLM
-    multi-step scheduling, no CUDA graphs, the per-iteration token budget, chunked prefill off."""
+    multi-step scheduling, no CUDA graphs, the per-iteration token budget, chunked prefill off, TensorRT-LLM's
+    PyTorch backend."""
     text = _cell(r, "notes")
     out: dict[str, Any] = {}
     for pat, key in _FLAGS:
