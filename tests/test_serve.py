@@ -365,11 +365,7 @@ def test_multi_step_scheduling_delays_admission_not_decode() -> None:
     one = predict_serving(ServeRequest(**q))
     ten = predict_serving(ServeRequest(**q, num_scheduler_steps=10))
     assert ten.latency("ttft_s")["mean"] > one.latency("ttft_s")["mean"]      # arrivals wait for the run
-    # the run's tokens stream when it ends: one long gap, then back-to-back tokens; the mean gap stays
-    # a step's time (each step still yields one token per sequence)
-    assert ten.latency("itl_s")["p99"] > 5 * one.latency("itl_s")["p99"]
-    assert ten.latency("itl_s")["p50"] < one.latency("itl_s")["p50"]
-    assert ten.latency("itl_s")["mean"] == pytest.approx(one.latency("itl_s")["mean"], rel=0.3)
+    assert ten.latency("itl_s")["p50"] > 5 * one.latency("itl_s")["p50"]       # tokens stream once per run
     assert ten.output_tokens_per_s == pytest.approx(one.output_tokens_per_s, rel=0.05)
 
 

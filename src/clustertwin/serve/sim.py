@@ -127,7 +127,7 @@ def _interp_cache(fn, t: int, cache: dict) -> tuple:
 
 class _Replica:
     __slots__ = ("idx", "role", "waiting", "prefilling", "order", "decoding", "heap", "it", "s0", "n_dec",
-                 "kv_tokens", "busy", "capacity", "pre_done", "res", "reserved", "multi", "run_s", "run_k")
+                 "kv_tokens", "busy", "capacity", "pre_done", "res", "reserved", "multi", "run_s")
 
     def __init__(self, idx: int, role: str, capacity: int):
         self.idx, self.role, self.capacity = idx, role, capacity
@@ -146,7 +146,6 @@ class _Replica:
         self.busy = False
         self.multi = 0                       # decode iterations left of a multi-step run (no admission)
         self.run_s = 0.0                     # time of the multi-step run so far (its tokens stream at its end)
-        self.run_k = 0                       # steps of the multi-step run so far
 
     def outstanding(self) -> int:
         return len(self.waiting) + len(self.prefilling) + self.n_dec
@@ -355,7 +354,7 @@ class Simulator:
                 run = 1 if r.multi else 2
             elif steps > 1 and not chunks and not admitted:
                 r.multi = steps - 1
-                r.run_s, r.run_k = 0.0, 0
+                r.run_s = 0.0
                 run = 1
             else:
                 r.multi = 0
@@ -406,20 +405,12 @@ class Simulator:
             if decoded and r.n_dec:
                 r.it += 1
                 r.kv_tokens += r.n_dec
-                if run == 1:         # a multi-step run streams its tokens when it ends
+                if run == 1:         # a multi-step run streams its tokens when it ends: one gap per run
                     r.run_s += dur
-                    r.run_k += 1
                 else:
-                    # each step's token is its own streamed output, all k sent when the run ends (vLLM
-                    # RFC #6854: with the GPU ahead of the host the remaining steps are pythonized after the
-                    # last forward): one gap of the whole run, then k - 1 back-to-back ones
-                    k = r.run_k + 1 if run == 2 else 1
                     itl_d.append(dur + (r.run_s if run == 2 else 0.0))
                     itl_w.append(r.n_dec)
-                    if k > 1:
-                        itl_d.append(0.0)
-                        itl_w.append(r.n_dec * (k - 1))
-                    r.run_s, r.run_k = 0.0, 0
+                    r.run_s = 0.0
                 while r.heap and r.heap[0][0] <= r.it:
                     _, rid = heapq.heappop(r.heap)
                     i0 = r.decoding.pop(rid, None)
