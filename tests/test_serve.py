@@ -566,3 +566,112 @@ def test_a_poisson_row_simulates_its_whole_run_and_an_offline_row_a_sample() -> 
     assert request_of(row, []).num_requests == 243000 <= MAX_POISSON_REQUESTS
     row.update(workload="offline", request_rate="", num_requests="274560")
     assert request_of(row, []).num_requests == MAX_REQUESTS
+def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_name() -> None:
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version, parse_version
+    assert parse_version("0.7.3.dev138+g21f6ca217") == (0, 7, 3) and parse_version("v0.4.3.post2") == (0, 4, 3)
+    assert parse_version("") is None and parse_version("nightly") is None
+    vllm = get_engine("vllm")
+    old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 2
+    gqa = engine_for_version(vllm, "0.7.3", mla=False)[0]                # a GQA model keeps chunked prefill,
+    assert gqa.chunked_prefill and gqa.eager_dispatch_s == value("host.torch_forward_per_kernel_s")  # V0: eager
+    assert vllm.eager_dispatch_s == value("host.compiled_per_kernel_s")  # V1 compiles
+    assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
+    assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
+    assert engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0] == get_engine("sglang")
+
+
+def test_which_engines_run_decodes_in_a_prefill_step() -> None:
+    assert get_engine("sglang").prefill_stalls_decode                     # prefill batches run alone
+    assert not get_engine("trtllm").prefill_stalls_decode                # in-flight batching mixes them
+    vllm = get_engine("vllm")
+    assert not vllm.prefill_stalls_decode and vllm.with_overrides(chunked_prefill=False).prefill_stalls_decode
+
+
+def test_a_prefill_step_that_stalls_decodes_slows_their_tokens() -> None:
+    # Poisson arrivals: every arrival's prefill step holds up the running decodes, so the time per output
+    # token grows against an engine that runs them in the same step (whose prefill steps carry the decodes,
+    # so its first tokens come later); every request still finishes
+    eng = get_engine("vllm").with_overrides(chunked_prefill=False)
+    runs = {}
+    for mixed in ("chunked", "always"):
+        s = setup("llama3-8b", "h100-sxm", 1, engine=eng.with_overrides(mixed_batches=mixed))
+        mem = memory_plan(s, 2048 + 256)
+        sim = Simulator(s, mem.kv_cache_tokens)
+        assert sim.stall is (mixed == "chunked")
+        runs[mixed] = sim.run(make_requests(200, 2048, 256, workload="poisson", request_rate=8, seed=0))
+    assert np.isfinite(runs["chunked"].finish_s).all()
+    assert runs["chunked"].tpot_s.mean() > runs["always"].tpot_s.mean()
+    assert runs["chunked"].ttft_s.mean() < runs["always"].ttft_s.mean()
+
+
+def test_engine_version_of_a_row_reaches_the_request() -> None:
+    from clustertwin.serve.run import build_setup
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(engine="vllm", engine_version="0.7.3", notes="")
+    q = request_of(row, [])
+    assert q.engine_version == "0.7.3"
+    s = build_setup(q)[0]
+    assert s.engine.chunked_prefill is (s.model.mla is None)      # V0 turns it off for MLA models only
+
+
+def test_eager_steps_cost_the_engines_host_time_per_kernel() -> None:
+    from clustertwin.constants import value
+    from clustertwin.serve.run import build_setup
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=128, output_len=8, num_requests=2)
+    v1 = build_setup(ServeRequest(**q))[0]
+    eager = build_setup(ServeRequest(**q, enforce_eager=True))[0]
+    assert eager.engine.eager_dispatch_s == value("host.torch_forward_per_kernel_s") > v1.engine.eager_dispatch_s
+    p, pe = StepPricer(v1), StepPricer(eager)
+    k = p.kernel_count(1)
+    # host-bound decode outside a graph: max(gaps, launches - GPU time) + the engine's host time per step
+    gpu = p.price(decode_seqs=1, decode_context=128).total_s - p.price(decode_seqs=1, decode_context=128).overhead_s
+    want = max(k * value("host.kernel_gap_s"), k * value("host.torch_forward_per_kernel_s") - gpu) + \
+        eager.engine.step_overhead_s
+    assert pe.overhead(gpu, graph=False, kernels=k) == pytest.approx(want, rel=1e-12)
+    assert pe.overhead(gpu, graph=False, kernels=k) >= p.overhead(gpu, graph=False, kernels=k)
+
+
+def test_ffn_only_fp8_keeps_attention_and_edge_layers_16_bit() -> None:
+    m = load_model("llama3.1-405b")
+    fp8, ffn = (setup("llama3.1-405b", "h100-sxm", 8, tp=8, precision=p) for p in ("fp8", "fp8-ffn"))
+    attn = sum(w for name, *_, w in ffn.gemms(1, False) if name.startswith("attn."))
+    mlp = sum(w for name, *_, w in ffn.gemms(1, False) if name.startswith("mlp."))
+    # hand count: attention weights at 2 bytes instead of 1 in every layer, the MLP of the first and last too
+    extra = attn * m.num_layers + mlp * 2
+    assert ffn.weight_bytes_per_gpu - fp8.weight_bytes_per_gpu == pytest.approx(extra, rel=1e-9)
+    assert ffn.gemm_format("mlp.up") == (1.0, "fp8") and ffn.gemm_format("mlp.up", edge=True) == (2.0, "bf16")
+    assert ffn.gemm_format("attn.qkv") == (2.0, "bf16") and fp8.gemm_format("attn.qkv") == (1.0, "fp8")
+    # more bytes read per decode step: never faster; a smaller KV cache
+    d = dict(decode_seqs=4, decode_context=4000)
+    assert StepPricer(ffn).price(**d).total_s > StepPricer(fp8).price(**d).total_s
+    assert memory_plan(ffn, 4096).kv_cache_tokens < memory_plan(fp8, 4096).kv_cache_tokens
+
+
+def test_a_row_serving_metas_fp8_checkpoint_is_priced_ffn_only() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(precision="fp8", notes="vllm serve meta-llama/Llama-3.1-405B-FP8 --tensor-parallel-size 8")
+    assert request_of(row, []).precision == "fp8-ffn"
+    row.update(notes="vllm serve amd/Llama-3.1-405B-Instruct-FP8-KV")
+    assert request_of(row, []).precision == "fp8"
+
+
+def test_trtllm_pytorch_backend_before_1_0_decodes_without_cuda_graphs() -> None:
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    from clustertwin.validate.serving import request_of
+    trt = get_engine("trtllm")
+    old, notes = engine_for_version(trt, "0.17.post1.dev", mla=True, backend="pytorch")
+    assert old.cuda_graph_max_batch == 0 and old.eager_dispatch_s == value("host.torch_forward_per_kernel_s")
+    assert len(notes) == 1
+    assert engine_for_version(trt, "0.17", mla=True)[0] == trt             # the TensorRT engine runtime
+    assert engine_for_version(trt, "1.0", mla=True, backend="pytorch")[0] == trt
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row.update(engine="trtllm", notes="server: trtllm-serve --backend pytorch --max_batch_size 512")
+    assert request_of(row, []).engine_backend == "pytorch"

@@ -820,7 +820,9 @@ D405_TREE = "https://github.com/dstackai/benchmarks/blob/" + D405_COMMIT + "/com
 D405_SRC = ("dstack, 'Llama3.1-405B-Fp8 Inference Performance Comparison between 8xH100SXM5 and 8xMi300x' "
             "(dstackai/benchmarks comparison/h100sxm5_vs_mi300x), {}")
 META_FP8 = ("meta-llama/Llama-3.1-405B-FP8: Meta's FP8 checkpoint, which quantizes the feed-forward layers (weights "
-            "and activations) and leaves self-attention in BF16 (Llama 3 paper, arXiv 2407.21783, Sec. 6.2)")
+            "and activations) and leaves self-attention in BF16 (Llama 3 paper, arXiv 2407.21783, Sec. 6.2; the "
+            "same section: 'we do not perform quantization in the first and last Transformer layers'); the "
+            "validator reads this checkpoint as precision fp8-ffn")
 AMD_FP8 = ("amd/Llama-3.1-405B-Instruct-FP8-KV: AMD's Quark FP8 checkpoint (FP8 weights and activations; no "
            "--kv-cache-dtype flag, so the KV cache is the engine default)")
 D405_STACKS = {

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..constants import value
 from ..errors import SpecError
+
+# host time per kernel a step launches outside a CUDA graph: compiled code (a torch.compile'd graph's
+# generated wrapper, or a C++ runtime) or eager PyTorch modules (see constants host.*_per_kernel_s)
+_COMPILED = value("host.compiled_per_kernel_s")
+_EAGER = value("host.torch_forward_per_kernel_s")
 
 
 @dataclass(frozen=True)
@@ -35,7 +41,17 @@ class EngineProfile:
     non_torch_bytes: float          # CUDA context, NCCL buffers, CUDA graphs: memory outside weights/activations/KV
     admission_reserve: float = 0.0  # share of a request's output tokens its admission reserves in the cache
     scheduler_steps: int = 1        # decode iterations one scheduling decision runs (vLLM --num-scheduler-steps)
+    # whether an iteration that prefills also advances the running decodes: ``always`` (TensorRT-LLM's
+    # in-flight batching), ``chunked`` (vLLM: with chunked prefill; its V0 default scheduler without it runs
+    # prefill-only steps), ``never`` (SGLang: a prefill batch runs alone unless --enable-mixed-chunk)
+    mixed_batches: str = "chunked"
+    eager_dispatch_s: float = _COMPILED     # host time per kernel launched outside a CUDA graph
     sources: tuple[str, ...] = ()
+
+    @property
+    def prefill_stalls_decode(self) -> bool:
+        """True when a step that prefills runs no decode tokens (the running requests wait for it)."""
+        return self.mixed_batches == "never" or (self.mixed_batches == "chunked" and not self.chunked_prefill)
 
     def with_overrides(self, **kw: object) -> "EngineProfile":
         return replace(self, **{k: v for k, v in kw.items() if v is not None})  # type: ignore[arg-type]
@@ -47,7 +63,7 @@ ENGINES: dict[str, EngineProfile] = {
     "vllm": EngineProfile(
         "vllm", block_size=16, memory_fraction=0.9, memory_basis="total", max_num_seqs=256,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=512,
-        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0,
+        step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0, eager_dispatch_s=_COMPILED,
         sources=(
             "block_size 16: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (docs.vllm.ai/en/stable/api/vllm/config/cache/)",
             "gpu_memory_utilization 0.9: vLLM engine arguments (docs.vllm.ai, engine_args; 0.92 in the newest "
@@ -64,6 +80,14 @@ ENGINES: dict[str, EngineProfile] = {
             "reports them (order of 1-3 GiB); not a published constant",
             "kernels per layer and per step: constants serve.kernels.vllm.* (counted in models/llama.py, "
             "v0.6-v0.7)",
+            "without chunked prefill (--enable-chunked-prefill=False, or V0's default for MLA models, see "
+            "VERSION_RULES) a step runs prefills or decodes, never both: vLLM V0 vllm/core/scheduler.py "
+            "_schedule_default, 'Don't schedule decodes if prefills are scheduled'",
+            "outside CUDA graphs (prefill steps, batches above the captured sizes) the V1 engine runs the "
+            "model torch.compile'd ('In vLLM's V1 architecture, torch.compile is enabled by default', "
+            "docs.vllm.ai/en/latest/design/torch_compile/), so a kernel costs the compiled launch "
+            "(host.compiled_per_kernel_s); V0 (below 0.8, VERSION_RULES) runs the nn.Modules eagerly, and so "
+            "does --enforce-eager ('Turn off torch.compile and CUDAGraphs', docs.vllm.ai design/debug_vllm_compile)",
             "admission: a request is admitted when its next chunk's blocks are free (nothing reserved for its "
             "output); when the cache runs out the newest request is preempted and recomputed (vLLM docs, "
             "'Preemption' in Optimization and Tuning: recompute is the V1 default)",
@@ -71,7 +95,8 @@ ENGINES: dict[str, EngineProfile] = {
     "sglang": EngineProfile(
         "sglang", block_size=1, memory_fraction=0.88, memory_basis="static", max_num_seqs=1024,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=160,
-        step_overhead_s=0.5e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=0.5,
+        step_overhead_s=0.5e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=0.5, mixed_batches="never",
+        eager_dispatch_s=_EAGER,
         sources=(
             "page_size 1: SGLang server arguments default (docs.sglang.ai, server_args)",
             "mem_fraction_static 0.88: SGLang ServerArgs default for a single GPU of 80 GB class (sglang "
@@ -83,6 +108,14 @@ ENGINES: dict[str, EngineProfile] = {
             "0.1 (schedule_policy.py / server_args.py; recalled), retracting requests when the cache runs out",
             "kernels per layer and per step: constants serve.kernels.sglang.* (counted in srt/models/llama.py, "
             "v0.4)",
+            "prefill first, never mixed with decode: Scheduler.get_next_batch_to_run runs a new prefill batch "
+            "whenever get_new_batch_prefill forms one ('# Run prefill first if possible') and the running decode "
+            "batch only when none forms; decodes join a prefill batch only with --enable-mixed-chunk "
+            "(ServerArgs.enable_mixed_chunk default False; python/sglang/srt/managers/scheduler.py and "
+            "server_args.py, v0.3-v0.4 and later)",
+            "outside CUDA graphs the model's nn.Modules run eagerly (host.torch_forward_per_kernel_s a "
+            "kernel): torch.compile is off by default (ServerArgs.enable_torch_compile False) and, when on, "
+            "compiles only the CUDA-graph batch sizes up to --torch-compile-max-bs (server_args.py, v0.3-v0.4)",
             "step_overhead 0.5 ms: assumed: SGLang's overlap scheduler runs the CPU work of the next batch "
             "while the GPU runs this one ('zero-overhead batch scheduler', SGLang v0.4 blog, lmsys.org "
             "2024-12-04); the residue is a guess",
@@ -90,7 +123,7 @@ ENGINES: dict[str, EngineProfile] = {
     "trtllm": EngineProfile(
         "trtllm", block_size=32, memory_fraction=0.9, memory_basis="free", max_num_seqs=2048,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=2048,
-        step_overhead_s=0.4e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=1.0,
+        step_overhead_s=0.4e-3, non_torch_bytes=1.5 * _GIB, admission_reserve=1.0, mixed_batches="always",
         sources=(
             "tokens_per_block 32: TensorRT-LLM KvCacheConfig default "
             "(nvidia.github.io/TensorRT-LLM/llm-api/reference/KvCacheConfig.html)",
@@ -111,6 +144,79 @@ ENGINES: dict[str, EngineProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class VersionRule:
+    """A default an engine release changes, for the runs it concerns: ``overrides`` apply to releases
+    below ``before`` (a release tuple) when the run has ``needs`` (``mla``: a model with multi-head latent
+    attention; ``pytorch``: TensorRT-LLM's PyTorch backend, trtllm-serve --backend pytorch; ``""``: any run)."""
+
+    engine: str
+    before: tuple[int, ...]
+    needs: str
+    overrides: tuple[tuple[str, object], ...]
+    note: str
+
+
+VERSION_RULES: tuple[VersionRule, ...] = (
+    VersionRule(
+        "vllm", (0, 8), "", (("eager_dispatch_s", _EAGER),),
+        "vLLM below 0.8 runs its V0 engine (V1 became the default in v0.8.0), whose model runs as eager "
+        "nn.Modules outside CUDA graphs (torch.compile only at -O levels above 0; V1 compiles by default: "
+        "docs.vllm.ai/en/latest/design/torch_compile/): host.torch_forward_per_kernel_s a kernel"),
+    VersionRule(
+        "vllm", (0, 8), "mla", (("chunked_prefill", False),),
+        "vLLM below 0.8 runs its V0 engine (V1 became the default in v0.8.0), and V0 serves MLA models without "
+        "chunked prefill: vLLM 0.7.1-0.7.3 vllm/config.py VllmConfig logs 'MLA is enabled; forcing chunked "
+        "prefill and prefix caching to be disabled' (quoted in vllm-project/vllm#13374, 2025-02-17), and "
+        "from 0.7.4 V0's EngineArgs._set_default_args_v0 keeps it off ('Chunked prefill not supported for "
+        "Multimodal or MLA in V0'); V0's default scheduler then runs prefill-only steps that stall the "
+        "running decodes"),
+    VersionRule(
+        "trtllm", (0, 21), "pytorch", (("cuda_graph_max_batch", 0), ("eager_dispatch_s", _EAGER)),
+        "TensorRT-LLM's PyTorch backend before the 1.0 API runs the model as eager nn.Modules unless told "
+        "otherwise: PyTorchConfig.use_cuda_graph defaults to False ('If true, use CUDA graphs for decoding') "
+        "and torch_compile_enabled to False (tensorrt_llm/_torch/pyexecutor/config.py, read at 0.20; the "
+        "backend first shipped in 0.17, 'The PyTorch backend of TensorRT LLM is available in version 0.17 and "
+        "later', docs torch.md); a trtllm-serve launch without --extra_llm_api_options keeps them"),
+)
+
+
+def parse_version(text: str | None) -> tuple[int, ...] | None:
+    """The release numbers of an engine version string (``0.7.3.dev138+g21f6ca217`` -> (0, 7, 3)); None when
+    empty or unreadable."""
+    nums: list[int] = []
+    for part in (text or "").strip().lstrip("vV").split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        nums.append(int(digits))
+        if len(digits) < len(part):
+            break
+    return tuple(nums) or None
+
+
+def engine_for_version(profile: EngineProfile, version: str | None, mla: bool,
+                       backend: str | None = None) -> tuple[EngineProfile, list[str]]:
+    """``profile`` with the VERSION_RULES that hold for ``version`` (a model with MLA when ``mla``; the
+    engine's ``backend``, e.g. ``pytorch``), and one note per rule applied. An unknown or empty version keeps
+    the profile (the current defaults)."""
+    rel = parse_version(version)
+    notes: list[str] = []
+    if rel is None:
+        return profile, notes
+    have = {"": True, "mla": mla, "pytorch": (backend or "").lower() == "pytorch"}
+    for rule in VERSION_RULES:
+        if rule.engine != profile.name or rel >= rule.before or not have.get(rule.needs, False):
+            continue
+        profile = replace(profile, **dict(rule.overrides))   # type: ignore[arg-type]
+        notes.append(f"{profile.name} {version}: " + rule.note)
+    return profile, notes
+
+
 def get_engine(name: str) -> EngineProfile:
     key = (name or "").strip().lower().replace("-", "").replace("_", "")
     key = {"tensorrtllm": "trtllm", "trt": "trtllm"}.get(key, key)
@@ -119,4 +225,5 @@ def get_engine(name: str) -> EngineProfile:
     return ENGINES[key]
 
 
-__all__ = ["EngineProfile", "ENGINES", "get_engine"]
+__all__ = ["EngineProfile", "ENGINES", "get_engine", "VersionRule", "VERSION_RULES", "parse_version",
+           "engine_for_version"]

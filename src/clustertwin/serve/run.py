@@ -16,10 +16,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..constants import value
 from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
 from . import dataset, energy
-from .engines import EngineProfile, get_engine
+from .engines import EngineProfile, engine_for_version, get_engine
 from .sim import Requests, SimResult, Simulator, make_requests
 from .workload import KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
 
@@ -38,6 +39,8 @@ class ServeRequest:
     gpus_per_node: int | None = None
     plan: str | None = None
     engine: str = "vllm"
+    engine_version: str | None = None   # the release, e.g. "0.7.3": applies serve.engines.VERSION_RULES
+    engine_backend: str | None = None   # TensorRT-LLM's runtime: "pytorch" (trtllm-serve --backend pytorch)
     precision: str = "bf16"
     kv_cache_dtype: str | None = None
     input_len: int | None = None
@@ -218,7 +221,9 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     from ..jobs import resolve_cluster
     notes: list[str] = []
     m = load_model(q.model)
-    eng = get_engine(q.engine)
+    eng, version_notes = engine_for_version(get_engine(q.engine), q.engine_version, m.mla is not None,
+                                            q.engine_backend)
+    notes += version_notes
     overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens,
                  "scheduler_steps": q.num_scheduler_steps, "chunked_prefill": q.chunked_prefill}
     for k, v in overrides.items():
@@ -232,11 +237,16 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
                         f"max-num-seqs {eng.max_num_seqs}: a decode step could not give each running sequence a token",
                         f"give --max-num-batched-tokens of at least {eng.max_num_seqs}, or lower --max-num-seqs")
     if q.enforce_eager:
-        eng = eng.with_overrides(cuda_graph_max_batch=0)
+        # vLLM --enforce-eager turns off torch.compile too, and SGLang runs its modules eagerly outside graphs:
+        # every kernel at eager PyTorch's host cost (a TensorRT engine keeps its C++ enqueue)
+        eager = eng.eager_dispatch_s if eng.name == "trtllm" else value("host.torch_forward_per_kernel_s")
+        eng = eng.with_overrides(cuda_graph_max_batch=0, eager_dispatch_s=eager)
         notes.append("eager: no CUDA graphs, every kernel launched from the host")
-    if q.chunked_prefill is False:
+    if not eng.chunked_prefill:
         notes.append("chunked prefill off: a prompt is prefilled whole in one iteration (vLLM "
                      "--enable-chunked-prefill=False)")
+    if eng.prefill_stalls_decode:
+        notes.append("a step that prefills runs no decode tokens: the running requests wait for it")
     if eng.scheduler_steps > 1:
         notes.append(f"multi-step scheduling: {eng.scheduler_steps} decode iterations per scheduling decision; "
                      "requests arriving meanwhile wait for the run to end (vLLM docs, --num-scheduler-steps)")

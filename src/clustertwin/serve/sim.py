@@ -174,6 +174,10 @@ class Simulator:
         self.max_seqs = self.e.max_num_seqs * adp
         self.max_tokens = self.e.max_num_batched_tokens * adp
         self.graph_max = self.e.cuda_graph_max_batch * adp
+        # a step that prefills runs no decodes (SGLang; vLLM V0 without chunked prefill). Attention data
+        # parallelism is left mixed: each rank schedules its own sequences, so only the prefilling rank's
+        # decodes wait (assumed negligible against the pooled decodes of the other ranks)
+        self.stall = self.e.prefill_stalls_decode and adp == 1
         self._kind_s = [0.0, 0.0, 0.0, 0.0]   # tensor, memory, comm, wait (overhead) seconds of run()
 
     # ---- one iteration's time ------------------------------------------------------------------
@@ -254,7 +258,8 @@ class Simulator:
 
         def plan(r: _Replica, admit: bool) -> tuple | None:
             """The next iteration of ``r``: (prefill chunks [(rid, q, ctx)], admitted rids), or None."""
-            budget = self.max_tokens - r.n_dec
+            # an engine whose prefill steps run no decodes gives a prefill step the whole token budget
+            budget = self.max_tokens - (0 if self.stall else r.n_dec)
             chunks: list[tuple[int, int, int]] = []
             running = len(r.prefilling) + r.n_dec
             need = r.n_dec
@@ -362,14 +367,14 @@ class Simulator:
                 else:
                     r.prefilling.append(rid)
                     r.pre_done[rid] = 0
-            n_dec = r.n_dec
-            dec_ctx = r.s0 + n_dec * (r.it + 1)      # each decode reads its prompt + tokens so far
+            n_dec = 0 if (self.stall and chunks) else r.n_dec
+            dec_ctx = r.s0 + n_dec * (r.it + 1) if n_dec else 0   # each decode reads its prompt + tokens so far
             dur = self.step_time([(q, c) for _, q, c in chunks], n_dec, dec_ctx)
             stats["busy"] += dur
             stats["iters"] += 1
             stats["maxrun"] = max(stats["maxrun"], len(r.prefilling) + r.n_dec)
             r.busy = True
-            pending[r.idx] = (chunks, dur, run)
+            pending[r.idx] = (chunks, dur, run, n_dec > 0)
             heapq.heappush(events, (now + dur, seq, ITER, r.idx))
             seq += 1
 
@@ -396,9 +401,9 @@ class Simulator:
                 start_iter(reps[x], t)
                 continue
             r = reps[x]
-            chunks, dur, run = pending.pop(r.idx)
+            chunks, dur, run, decoded = pending.pop(r.idx)
             # decode tokens of this iteration
-            if r.n_dec:
+            if decoded and r.n_dec:
                 r.it += 1
                 r.kv_tokens += r.n_dec
                 if run == 1:         # a multi-step run streams its tokens when it ends: one gap per run

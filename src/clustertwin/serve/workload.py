@@ -10,7 +10,9 @@ reads its sequence's whole KV cache (memory-bound). Per GPU of a replica of tp x
 * weights: every matrix split over tp (column/row parallel as Megatron and vLLM split them); KV heads
   fewer than tp are replicated (vLLM); MLA's latent cache and its down-projections are replicated;
   routed experts split over ep ranks and each expert over tp/ep. Embedding and output head stay 16-bit.
-* precision: ``bf16``/``fp16``; ``fp8`` (weights and GEMMs in FP8, at the FP8 peak); ``int4-awq``
+* precision: ``bf16``/``fp16``; ``fp8`` (weights and GEMMs in FP8, at the FP8 peak); ``fp8-ffn`` (Meta's
+  FP8 checkpoints: the inner layers' feed-forward GEMMs in FP8, attention and the first and last layers
+  16-bit); ``int4-awq``
   (weight-only: 4-bit weights with an fp16 scale and a 4-bit zero per group of 128, AutoAWQ's
   q_group_size=128 default; GEMMs stay 16-bit); ``nvfp4`` (4-bit weights, an FP8 scale per 16,
   NVIDIA's NVFP4 format; GEMMs at the FP4 peak where the GPU has one).
@@ -53,7 +55,12 @@ PRECISIONS: dict[str, tuple[float, str]] = {
     "int4-awq": (0.5 + 2.5 / 128, "bf16"),
     # NVFP4 (NVIDIA Blackwell): one FP8 (E4M3) scale per block of 16 FP4 values
     "nvfp4": (0.5 + 1.0 / 16, "fp4"),
+    # Meta's FP8 recipe (Llama 3 paper, arXiv 2407.21783, Sec. 6.2; meta-llama/Llama-3.1-405B-FP8): FP8
+    # weights and activations in the feed-forward GEMMs only; self-attention stays BF16, and so do the first
+    # and last layers ('we do not perform quantization in the first and last Transformer layers')
+    "fp8-ffn": (1.0, "fp8"),
 }
+FFN_ONLY = {"fp8-ffn"}   # precisions that quantize the inner layers' feed-forward GEMMs only
 KV_DTYPES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 ACT_BYTES = 2.0   # activations stay 16-bit
 # kernels a decoder layer and a step launch, per engine, counted in each engine's model code
@@ -61,7 +68,6 @@ ACT_BYTES = 2.0   # activations stay 16-bit
 # attn_split, per_step, with the files and tags they were read from)
 _SPLIT_FILL = value("serve.attn_split_fill")   # split-KV decode only below this fill of the SMs
 _GAP = value("host.kernel_gap_s")                    # GPU idle between kernels on a busy queue
-_EAGER_DISPATCH = value("host.compiled_per_kernel_s")  # host time per kernel outside a CUDA graph
 _DECODE_STALL = value("serve.decode_kernel_stall_s")  # GPU idle per streaming kernel of a decode-only step
 
 
@@ -180,6 +186,21 @@ class ServeSetup:
     def gemm_dtype(self) -> str:
         return PRECISIONS[self.precision][1]
 
+    def gemm_format(self, name: str, edge: bool = False) -> tuple[float, str]:
+        """(bytes per weight, GEMM dtype) of the GEMM ``name`` (``attn.*``, ``mlp.*``, ``moe.*``) in a first
+        or last layer (``edge``) or an inner one: the precision's, except the 16-bit GEMMs of an FFN-only
+        recipe (attention, the router, and the edge layers)."""
+        if self.precision in FFN_ONLY and (edge or name.startswith("attn.") or name == "moe.router"):
+            return ACT_BYTES, "bf16"
+        return PRECISIONS[self.precision]
+
+    def edge_layers(self, moe: bool) -> int:
+        """Layers of kind ``moe`` among the first and last that an FFN-only precision keeps 16-bit."""
+        if self.precision not in FFN_ONLY:
+            return 0
+        m = self.model
+        return sum(1 for i in {0, m.num_layers - 1} if m.is_moe_layer(i) == moe)
+
     @cached_property
     def heads_gpu(self) -> int:
         return self.model.num_heads // self.tp
@@ -255,12 +276,13 @@ class ServeSetup:
         total = 0.0
         for i in range(m.num_layers):
             moe = m.is_moe_layer(i)
-            elems = sum(w for name, *_, w in self.gemms(1, False)) if not moe else 0.0
+            edge = i in (0, m.num_layers - 1)
+            total += sum(w * self.gemm_format(name, edge)[0] for name, *_, w in self.gemms(1, moe)
+                         if not name.startswith("moe.experts"))
             if moe:
-                elems = sum(w for name, *_, w in self.gemms(1, True) if not name.startswith("moe.experts"))
-                elems += (m.moe_num_experts / self.ep) * m.expert_params * self.ep / self.tp
-            total += elems
-        per_stage = total / self.pp * self.weight_bytes_per_param
+                total += ((m.moe_num_experts / self.ep) * m.expert_params * self.ep / self.tp
+                          * self.gemm_format("moe.experts_up", edge)[0])
+        per_stage = total / self.pp
         vocab = m.vocab_size * m.hidden_size / self.tp * ACT_BYTES
         emb = vocab if self.pp > 1 or m.tied_embeddings else 2 * vocab
         return per_stage + emb
@@ -307,7 +329,9 @@ class StepPricer:
         kc = kernel_counts(setup.engine.name)
         per_layer = kc["dense_layer"] + (kc["tp_layer"] if setup.tp > 1 else 0)
         per_layer += kc["mla_layer"] if m.mla else 0
-        per_layer += kc["fp8_layer"] if setup.gemm_dtype == "fp8" else 0
+        # one input quantization per quantized GEMM of qkv, o, gate_up and down: an FFN-only recipe has 2 of 4
+        per_layer += (kc["fp8_layer"] * (0.5 if setup.precision in FFN_ONLY else 1.0)
+                      if setup.gemm_dtype == "fp8" else 0)
         self.kernels = int(self.layers * per_layer + self.moe_layers * kc["moe_layer"] + kc["per_step"])
         self.split_kernels = int(self.layers * kc["attn_split"])
         self._split_below = _SPLIT_FILL * gpu.sm_count / max(1, setup.kv_heads_gpu)
@@ -321,7 +345,8 @@ class StepPricer:
         self.decode_attention_per_token = self._decode_attention_per_token()
 
     # ---- parts ---------------------------------------------------------------------------------
-    def _gemm(self, name: str, batch: float, rows: float, n: float, k: float, welems: float) -> tuple[float, float]:
+    def _gemm(self, name: str, batch: float, rows: float, n: float, k: float, welems: float,
+              edge: bool = False) -> tuple[float, float]:
         """(compute-bound seconds, memory-bound seconds) of one GEMM: its roofline time, filed under
         memory-bound when reading its weights and activations takes longer than its FLOPs."""
         if rows <= 0 or batch <= 0:
@@ -329,9 +354,10 @@ class StepPricer:
         b = max(1, int(math.ceil(batch)))
         r = max(1, int(math.ceil(rows)))
         flops = 2.0 * batch * rows * n * k
-        nbytes = welems * self.s.weight_bytes_per_param + batch * rows * (n + k) * ACT_BYTES
+        wbytes, dtype = self.s.gemm_format(name, edge)
+        nbytes = welems * wbytes + batch * rows * (n + k) * ACT_BYTES
         op = Op(name, OpKind.GEMM, Phase.FWD, flops=flops, bytes=nbytes, shape=(b, r, max(1, int(n)), max(1, int(k))),
-                dtype=self.s.gemm_dtype, layer="layer")
+                dtype=dtype, layer="layer")
         t = self.compute.gemm_time(op)
         if nbytes / self.mem_bw >= 0.999 * t:
             return 0.0, t
@@ -351,12 +377,14 @@ class StepPricer:
         s, m = self.s, self.s.model
         gemm = mem = comm = 0.0
         cb = 0
-        for moe, count in ((False, self.dense_layers), (True, self.moe_layers)):
+        de, me = s.edge_layers(False), s.edge_layers(True)   # layers an FFN-only precision keeps 16-bit
+        for moe, count, edge in ((False, self.dense_layers - de, False), (False, de, True),
+                                 (True, self.moe_layers - me, False), (True, me, True)):
             if not count:
                 continue
             gc = mc = 0.0
             for g in s.gemms(t, moe):
-                a, b = self._gemm(*g)
+                a, b = self._gemm(*g, edge=edge)
                 gc, mc = gc + a, mc + b
                 cb += count if a > 0 else 0
             mc += self._elementwise_bytes(t) / self.mem_bw
@@ -483,10 +511,11 @@ class StepPricer:
         """Kernel gaps, or the host's launches where they bound the step, plus the engine's host time.
         ``stalled`` of the kernels are streaming kernels of a decode-only step: each idles the GPU for
         serve.decode_kernel_stall_s (straggler blocks, launch, first loads) instead of the plain gap
-        (NVIDIA GPUs, where it was measured)."""
+        (NVIDIA GPUs, where it was measured). Outside a CUDA graph the host launches each kernel at the
+        engine's host time per kernel (compiled or eager modules) and bounds the step where it is slower."""
         k = self.kernels if kernels is None else kernels
         gaps = k * _GAP + min(stalled, k) * (self._stall - _GAP)
-        launch = gaps if graph else max(gaps, k * _EAGER_DISPATCH - gpu_s)
+        launch = gaps if graph else max(gaps, k * self.s.engine.eager_dispatch_s - gpu_s)
         return launch + self.s.engine.step_overhead_s
 
     # ---- one iteration -------------------------------------------------------------------------
@@ -581,5 +610,5 @@ def kernel_counts(engine: str) -> dict[str, float]:
     return got if got else group("serve.kernels.vllm")
 
 
-__all__ = ["PRECISIONS", "KV_DTYPES", "ServeSetup", "StepCost", "StepPricer", "MemoryPlan", "memory_plan",
+__all__ = ["PRECISIONS", "FFN_ONLY", "KV_DTYPES", "ServeSetup", "StepCost", "StepPricer", "MemoryPlan", "memory_plan",
            "parse_serve_plan", "kernel_counts"]

@@ -194,6 +194,10 @@ def model_of(r: dict, notes: list[str]):
 
 TRACE_DIR = Path("serving_sources") / "lengths"
 
+# Meta's own FP8 checkpoints (meta-llama/Llama-3.1-405B-FP8 and its Instruct twin) quantize the feed-forward
+# layers only (Llama 3 paper, arXiv 2407.21783, Sec. 6.2): a row serving one is priced as precision fp8-ffn
+_META_FP8 = re.compile(r"meta-llama/(?:Meta-)?Llama-3\.1-\d+B(?:-Instruct)?-FP8(?![-\w])")
+
 # engine flags a row's notes quote (the schema has no column for them): (pattern, what it sets)
 _FLAGS = (
     (re.compile(r"enable_attention_dp|--enable-dp-attention"), "adp"),
@@ -202,13 +206,15 @@ _FLAGS = (
     # the per-iteration token budget: vLLM --max-num-batched-tokens, TensorRT-LLM --max_num_tokens
     (re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)"), "max_num_batched_tokens"),
     (re.compile(r"--enable-chunked-prefill=False"), "chunked_prefill"),
+    (re.compile(r"trtllm-serve --backend pytorch"), "engine_backend"),
 )
-_FLAG_VALUE = {"chunked_prefill": False}   # a flag that switches an engine default off
+_FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch"}   # what a flag without a number sets
 
 
 def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
     """Engine options the row's ``notes`` state as launch flags: attention data parallelism, vLLM
-    multi-step scheduling, no CUDA graphs, the per-iteration token budget, chunked prefill off."""
+    multi-step scheduling, no CUDA graphs, the per-iteration token budget, chunked prefill off, TensorRT-LLM's
+    PyTorch backend."""
     text = _cell(r, "notes")
     out: dict[str, Any] = {}
     for pat, key in _FLAGS:
@@ -271,6 +277,10 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
         dp = max(1, num_gpus // (tp * pp))
         notes.append(f"dp_replicas empty: assumed num_gpus / (tp*pp) = {dp}")
     precision = _cell(r, "precision").lower()
+    if precision == "fp8" and _META_FP8.search(_cell(r, "notes")):
+        precision = "fp8-ffn"
+        notes.append("precision: Meta's FP8 checkpoint -> fp8-ffn (feed-forward GEMMs of the inner layers in FP8, "
+                     "attention and the first and last layers 16-bit: Llama 3 paper, arXiv 2407.21783, Sec. 6.2)")
     if not precision:
         arch = _cell(r, "arch").lower()
         precision, why = _PUBLISHED_PRECISION.get(arch, ("bf16", "16-bit weights"))
@@ -309,7 +319,7 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
     adp = tp if flags.pop("adp", False) and tp > 1 else 1
     return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp, **flags,
                         plan=f"tp={tp},pp={pp},ep={ep},dp={dp},adp={adp}", engine=_cell(r, "engine") or "vllm",
-                        precision=precision, kv_cache_dtype=kv, workload=workload,
+                        engine_version=_cell(r, "engine_version") or None, precision=precision, kv_cache_dtype=kv, workload=workload,
                         num_requests=n, max_num_seqs=max_batch, **lengths, **kw)
 
 
