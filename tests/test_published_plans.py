@@ -144,3 +144,56 @@ def test_llama3_405b_whole_stage_gradients_do_not_fit() -> None:
                       micro_batch=1, plan=LLAMA405B_PLAN, framework="megatron")
     assert not pred.fits
     assert pred.memory.breakdown_bytes["gradients"] == pytest.approx(2 * pred.memory.breakdown_bytes["weights"])
+
+
+# Table 4 of the Llama 3 paper: BF16 MFU 43% on 8,192 GPUs (DP 64, 32 sequences per DP rank) and 41% on
+# 16,384 (DP 128, 16), both TP 8, PP 16, 8K sequences, 16M tokens per batch; printed to whole percent
+LLAMA405B_MFU_8K_GPUS, LLAMA405B_MFU_16K_GPUS = 0.43, 0.41
+
+
+@pytest.fixture(scope="module")
+def llama405b_8k_gpus():
+    return ct.predict("llama3.1-405b", gpu="h100-sxm", num_gpus=8192, seq_len=8192, global_batch=2048,
+                      micro_batch=1, plan=LLAMA405B_PLAN.replace("dp=128", "dp=64"), framework="meta-llama3")
+
+
+def test_llama3_405b_documented_schedule_scales_as_published(llama405b, llama405b_8k_gpus) -> None:
+    """From 8,192 to 16,384 GPUs the batch per DP rank halves (32 -> 16 micro-batches) and Table 4's MFU
+    falls from 43% to 41%: a ratio of 0.953, 0.931-0.976 within the rounding of both. The documented
+    schedule (V 8 one-layer chunks) keeps the model's ratio inside that band with either attention count;
+    a non-interleaved 1F1B schedule (bubble 15/31 of the step at 16 micro-batches) does not."""
+    lo, hi = (LLAMA405B_MFU_16K_GPUS - 0.005) / (LLAMA405B_MFU_8K_GPUS + 0.005), \
+        (LLAMA405B_MFU_16K_GPUS + 0.005) / (LLAMA405B_MFU_8K_GPUS - 0.005)
+    assert lo <= llama405b.mfu / llama405b_8k_gpus.mfu <= hi
+    assert lo <= llama405b.mfu_full_attention / llama405b_8k_gpus.mfu_full_attention <= hi
+    one_f_one_b = [ct.predict("llama3.1-405b", gpu="h100-sxm", num_gpus=n, seq_len=8192, global_batch=2048,
+                              micro_batch=1, plan=f"tp=8,pp=16,dp={n // 128},sp=1,zero=2", framework="meta-llama3")
+                   for n in (8192, 16384)]
+    assert one_f_one_b[1].mfu / one_f_one_b[0].mfu < lo
+
+
+def test_llama3_405b_documented_stack_is_not_slower_than_published(llama405b, llama405b_8k_gpus) -> None:
+    """What the paper leaves out (its kernels' efficiency, stragglers, the 1-2% diurnal throughput swing of
+    Sec. 3.3.4) would only add time: with either attention count (causal as the time prices it, or in
+    full as PaLM counts it) the model's MFU on the documented plan is at least the published one."""
+    for pred, published in ((llama405b, LLAMA405B_MFU_16K_GPUS), (llama405b_8k_gpus, LLAMA405B_MFU_8K_GPUS)):
+        assert pred.mfu >= published and pred.mfu_full_attention >= published
+
+
+@pytest.mark.xfail(strict=True, reason="the documented stack gives 50.7% MFU on 16K GPUs with causal attention "
+                                       "(52.7% counting it in full) against the published 41%: +24-29%, and "
+                                       "+26-31% on 8K GPUs. Neither count closes it (Table 4's 128K row at "
+                                       "380 TFLOP/s rules out a 6N-only count, which would mean 64% of peak of "
+                                       "real work at 128K); the paper's network (DP outermost, across the 1:7 "
+                                       "pods), even priced as if every DP ring paid the whole taper (the "
+                                       "fat-tree's busy-fabric convention; a lone job's ring crosses each pod "
+                                       "boundary once), leaves +14% (16K GPUs) and +22% (8K), beside 1-2% for "
+                                       "stragglers and temperature; the rest is the per-GPU "
+                                       "efficiency of Meta's 2024 kernels, which the paper does not document "
+                                       "(the model prices NeMo 25.02's 405B at 55% MFU on 2,048 H100s within "
+                                       "2%)")
+def test_llama3_405b_documented_stack_mfu_within_15_percent(llama405b, llama405b_8k_gpus) -> None:
+    """Within 15% of Table 4's MFU on the paper's plan and schedule: the bound the row would need to move
+    to the documented stack (data/validation/dense_public_runs.csv still prices it as 1F1B on Megatron)."""
+    assert llama405b.mfu == pytest.approx(LLAMA405B_MFU_16K_GPUS, rel=0.15)
+    assert llama405b_8k_gpus.mfu == pytest.approx(LLAMA405B_MFU_8K_GPUS, rel=0.15)
