@@ -212,6 +212,9 @@ _FLAGS = (
     # the per-iteration token budget: vLLM --max-num-batched-tokens, TensorRT-LLM --max_num_tokens
     (re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)"), "max_num_batched_tokens"),
     (re.compile(r"--enable-chunked-prefill=False"), "chunked_prefill"),
+    # the same setting named as the engines' config fields (vLLM EngineArgs.enable_chunked_prefill, TensorRT-LLM
+    # executor enable_chunked_context) where a harness leaves it at its default False
+    (re.compile(r"enable_chunked_(?:prefill|context)[ =]False"), "chunked_prefill"),
 )
 _FLAG_VALUE = {"chunked_prefill": False}   # a flag that switches an engine default off
 
