@@ -297,13 +297,17 @@ NV_LLAMA_CFG = ("configs/llama2-70b/__init__.py GPUBaseConfig: max_num_tokens = 
                 "quantize.py --qformat fp8 --kv_cache_dtype fp8 (FP8 weights, activations and KV cache); context "
                 "chunking not enabled by the harness (code/harness/harness_llm/llm_core.cc builds SchedulerConfig from "
                 "the policy only): enable_chunked_context False, TRT-LLM's default; harness flag "
-                "trtllm_batch_sched_policy default max_util (main_llm.cc), a policy the twin does not model (it "
-                "assumes GUARANTEED_NO_EVICT)")
+                "trtllm_batch_sched_policy default max_util and enable_trt_overlap default false (code/harness/"
+                "harness_llm/main_llm.cc; neither set in the configs): a policy the twin does not model (it assumes "
+                "GUARANTEED_NO_EVICT) and no overlap of the host's per-iteration work with the GPU")
 NV_MIXTRAL_CFG = ("configs/mixtral-8x7b/__init__.py GPUBaseConfig max_num_tokens 16384; configs/mixtral-8x7b/"
                   "{Offline,Server}/__init__.py class H200_SXM_141GBx8 (from H200_SXM_141GBx1): tensor_parallelism 1 "
                   "(8 replicas), use_fp8 True, gpu_batch_size 3072 Offline / 1200 Server, max_num_tokens 16384 "
-                  "Offline / 8192 Server, kvcache_free_gpu_mem_frac 0.90; documentation/calibration.md: Mixtral's "
-                  "linear layers, expert MLPs and KV-cache entries are quantized (FP8 on H200)")
+                  "Offline / 8192 Server, kvcache_free_gpu_mem_frac 0.90; code/mixtral-8x7b/tensorrt/builder.py "
+                  "quantizes with --qformat=fp8 --kv_cache_dtype=fp8 and builds with "
+                  "--max_num_tokens=<max_num_tokens>; "
+                  "its harness.py runs the same harness_llm binary as llama2-70b, whose SchedulerConfig leaves "
+                  "enable_chunked_context False (TRT-LLM's default)")
 AMD_OFFLINE = ("perf script test_VllmFp8_Offline_perf.sh: mainVllmFp8_Offline.py -tp 1 -dp 8 --quantization fp8 "
                "--kv-cache-dtype fp8 --enforce-eager True --gpu-memory-utilization 0.99 --sorting descending; "
                "max_num_seqs 2048 and --max-num-batched-tokens 65536 from its DefaultEngineInput (not overridden); "
@@ -312,7 +316,8 @@ AMD_OFFLINE = ("perf script test_VllmFp8_Offline_perf.sh: mainVllmFp8_Offline.py
 AMD_SERVER = ("perf script test_VllmFp8_SyncServer_perf.sh: mainVllmFp8_SyncServer.py -tp 1 -dp 8 --quantization fp8 "
               "--kv-cache-dtype fp8 --enable-warm-up --enable-batcher; its argparse defaults, not overridden: "
               "--max-num-seqs 1024, --max-num-batched-tokens 49152, --gpu-memory-utilization 0.97, enforce_eager "
-              "False (CUDA graphs); enable_chunked_prefill not set, so vLLM 0.4.3's default enable_chunked_prefill False; "
+              "False (CUDA graphs); enable_chunked_prefill not set, so vLLM 0.4.3's default "
+              "enable_chunked_prefill False; "
               "--enable-batcher "
               "holds arriving queries on the harness side up to --batcher-threshold 0.3 s (or --gpu-batch-size 96) "
               "before sending them to vLLM, a wait the twin does not model")
