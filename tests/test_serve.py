@@ -675,3 +675,26 @@ def test_trtllm_pytorch_backend_before_1_0_decodes_without_cuda_graphs() -> None
     row = dict(zip(src[0].split(","), src[1].split(",")))
     row.update(engine="trtllm", notes="server: trtllm-serve --backend pytorch --max_batch_size 512")
     assert request_of(row, []).engine_backend == "pytorch"
+
+
+def test_mixtral_output_mean_is_published_but_its_input_is_not() -> None:
+    from clustertwin.serve.dataset import get_dataset, missing, sample
+    d = get_dataset("mlperf-mixtral")
+    assert d.output_mean == pytest.approx(145.9) and d.input_mean is None and d.input_file is None
+    assert "input-length" in missing("mlperf-mixtral")            # still refused: no input statistic
+    inp, out = sample("openorca", 2)                                # the llama2-70b set is unaffected
+    assert (out == 294).all()
+
+
+def test_chunked_prefill_off_named_as_an_engine_field_reaches_the_engine() -> None:
+    from clustertwin.serve.run import build_setup
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    for text in ("harness leaves enable_chunked_context False, TRT-LLM's default",
+                 "vLLM 0.4.3's default enable_chunked_prefill False"):
+        row["notes"] = text
+        q = request_of(row, [])
+        assert q.chunked_prefill is False and build_setup(q)[0].engine.chunked_prefill is False
+    row["notes"] = "enable_chunked_prefill True"
+    assert request_of(row, []).chunked_prefill is None

@@ -284,65 +284,104 @@ MLPERF_LLAMA_DATASET = ("MLPerf llama2-70b data set: the 24,576 pre-tokenized Op
 MLPERF_MIXTRAL_DATASET = ("MLPerf mixtral-8x7b data set: 15,000 samples, 5K each from the validation splits of "
                           "open_orca_gpt4, GSM8K and MBXP (mlcommons/inference language/mixtral-8x7b/README.md), "
                           "variable lengths")
-# What the submission's own files say about each system (read from the same commit).
+# What the submission's own files say about each system (read from the same commit). NVIDIA: configs/<benchmark>/
+# __init__.py (GPUBaseConfig: max_num_tokens), configs/<benchmark>/{Offline,Server}/__init__.py (per system), the
+# engine build flags in code/<benchmark>/tensorrt/builder.py and the quantization command in its README.md;
+# the harness (code/harness/harness_llm/llm_core.cc) builds the TRT-LLM executor's SchedulerConfig from the batch
+# scheduler policy alone (its comment: "we can add context chunking policy later if needed"), so context chunking
+# stays off, TRT-LLM's default (enable_chunked_context False). AMD: the perf scripts in
+# code/llama2-70b-99.9/test_VllmFp8/ and the argparse/dataclass defaults of the mains they call.
+NV_LLAMA_CFG = ("configs/llama2-70b/__init__.py GPUBaseConfig: max_num_tokens = 4096, passed to the engine build as "
+                "--max_num_tokens=4096 (code/llama2-70b/tensorrt/builder.py, with --max_batch_size=<gpu_batch_size>, "
+                "--max_input_len=1024, --paged_kv_cache=enable); code/llama2-70b/tensorrt/README.md quantizes with "
+                "quantize.py --qformat fp8 --kv_cache_dtype fp8 (FP8 weights, activations and KV cache); context "
+                "chunking not enabled by the harness (code/harness/harness_llm/llm_core.cc builds SchedulerConfig from "
+                "the policy only): enable_chunked_context False, TRT-LLM's default; harness flag "
+                "trtllm_batch_sched_policy default max_util and enable_trt_overlap default false (code/harness/"
+                "harness_llm/main_llm.cc; neither set in the configs): a policy the twin does not model (it assumes "
+                "GUARANTEED_NO_EVICT) and no overlap of the host's per-iteration work with the GPU")
+NV_MIXTRAL_CFG = ("configs/mixtral-8x7b/__init__.py GPUBaseConfig max_num_tokens 16384; configs/mixtral-8x7b/"
+                  "{Offline,Server}/__init__.py class H200_SXM_141GBx8 (from H200_SXM_141GBx1): tensor_parallelism 1 "
+                  "(8 replicas), use_fp8 True, gpu_batch_size 3072 Offline / 1200 Server, max_num_tokens 16384 "
+                  "Offline / 8192 Server, kvcache_free_gpu_mem_frac 0.90; code/mixtral-8x7b/tensorrt/builder.py "
+                  "quantizes with --qformat=fp8 --kv_cache_dtype=fp8 and builds with "
+                  "--max_num_tokens=<max_num_tokens>; "
+                  "its harness.py runs the same harness_llm binary as llama2-70b, whose SchedulerConfig leaves "
+                  "enable_chunked_context False (TRT-LLM's default)")
+AMD_OFFLINE = ("perf script test_VllmFp8_Offline_perf.sh: mainVllmFp8_Offline.py -tp 1 -dp 8 --quantization fp8 "
+               "--kv-cache-dtype fp8 --enforce-eager True --gpu-memory-utilization 0.99 --sorting descending; "
+               "max_num_seqs 2048 and --max-num-batched-tokens 65536 from its DefaultEngineInput (not overridden); "
+               "enable_chunked_prefill not set (commented out in DefaultEngineInput), so vLLM 0.4.3's default "
+               "enable_chunked_prefill False")
+AMD_SERVER = ("perf script test_VllmFp8_SyncServer_perf.sh: mainVllmFp8_SyncServer.py -tp 1 -dp 8 --quantization fp8 "
+              "--kv-cache-dtype fp8 --enable-warm-up --enable-batcher; its argparse defaults, not overridden: "
+              "--max-num-seqs 1024, --max-num-batched-tokens 49152, --gpu-memory-utilization 0.97, enforce_eager "
+              "False (CUDA graphs); enable_chunked_prefill not set, so vLLM 0.4.3's default "
+              "enable_chunked_prefill False; "
+              "--enable-batcher "
+              "holds arriving queries on the harness side up to --batcher-threshold 0.3 s (or --gpu-batch-size 96) "
+              "before sending them to vLLM, a wait the twin does not model")
 MLPERF41_SYSTEMS = {
     "closed/NVIDIA/results/H200-SXM-141GBx8_TRT/llama2-70b": dict(
         model="llama2-70b", gpu="h200", num_gpus=8, tp=1, dp_replicas=8, engine="trtllm", precision="fp8",
-        submitter="NVIDIA", status="available",
+        kv_cache_dtype="fp8", submitter="NVIDIA", status="available",
         max_batch={"Offline": 806, "Server": 896},
         how=("NVIDIA H200 (8x H200-SXM-141GB, TensorRT), TensorRT 10.2.0, CUDA 12.4 (systems/"
              "H200-SXM-141GBx8_TRT.json); TensorRT-LLM through NVIDIA's harness, version not stated; configs/"
              "llama2-70b/{Offline,Server}/__init__.py class H200_SXM_141GBx8 (from H200_SXM_141GBx1): "
              "tensor_parallelism 1 (so 8 independent replicas), use_fp8 True, gpu_batch_size 806 Offline / 896 "
-             "Server, kvcache_free_gpu_mem_frac 0.90; KV-cache dtype not stated")),
+             "Server (max_batch), kvcache_free_gpu_mem_frac 0.90; " + NV_LLAMA_CFG)),
     "closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/llama2-70b": dict(
         model="llama2-70b", gpu="h100-sxm", num_gpus=8, tp=2, dp_replicas=4, engine="trtllm", precision="fp8",
-        submitter="NVIDIA", status="available",
+        kv_cache_dtype="fp8", submitter="NVIDIA", status="available",
         max_batch={"Offline": 896, "Server": 1024},
         how=("DGX H100 (8x H100-SXM-80GB), TensorRT-LLM through NVIDIA's harness, version not stated; configs/"
-             "llama2-70b/{Offline,Server}/__init__.py class H100_SXM_80GB_TP2x4: tensor_parallelism 2, 4 "
-             "replicas, use_fp8 True, gpu_batch_size 896 Offline / 1024 Server, kvcache_free_gpu_mem_frac 0.90; "
-             "the 99.9%-accuracy logs are used (the index holds those; the HighAccuracy config class is the "
-             "99% class unchanged); KV-cache dtype not stated")),
+             "llama2-70b/{Offline,Server}/__init__.py class H100_SXM_80GB_TP2x4: tensor_parallelism 2, "
+             "pipeline_parallelism 1, 4 replicas, use_fp8 True, gpu_batch_size 896 Offline / 1024 Server "
+             "(max_batch), kvcache_free_gpu_mem_frac 0.90; the 99.9%-accuracy logs are used (the index holds those; "
+             "the HighAccuracy config class is the 99% class unchanged); " + NV_LLAMA_CFG)),
     "closed/NVIDIA/results/B200-SXM-180GBx1_TRT/llama2-70b": dict(
-        model="llama2-70b", gpu="b200", num_gpus=1, tp=1, dp_replicas=1, engine="trtllm", precision="",
-        submitter="NVIDIA", status="preview",
+        model="llama2-70b", gpu="b200", num_gpus=1, tp=1, dp_replicas=1, engine="trtllm", precision="nvfp4",
+        kv_cache_dtype="fp8", submitter="NVIDIA", status="preview",
         max_batch={},
         how=("NVIDIA B200 (1x B200-SXM-180GB, TensorRT), TGP 1000 W, status preview, TensorRT 10.1.0, CUDA 12.7, "
-             "private git hashes of code and TRT-LLM (systems/B200-SXM-180GBx1_TRT.json); its config is not "
-             "in the published code, so weight precision (NVIDIA's v4.1 blog speaks of FP4 inference on "
-             "Blackwell; not confirmed in the submission files read), batch size and KV-cache dtype are "
-             "unknown; the Server figures are from the 99.9%-accuracy log, the Offline ones from the 99% log")),
+             "private git hashes of code and TRT-LLM (systems/B200-SXM-180GBx1_TRT.json); no B200 class in configs/"
+             "llama2-70b, so batch size and max_num_tokens are unknown; precision: documentation/calibration.md "
+             "('LLM submissions use FP8 or FP4 if the NVIDIA accelerator supports that feature'; for Llama2-70B 'On "
+             "accelerators which support FP4 ... Selected linear and MLP layers* inputs and weights' and the KV cache "
+             "are quantized, '*applied based on ModelOpt heuristic search'): B200 supports FP4, so precision nvfp4 "
+             "(the twin prices every GEMM in NVFP4, while the submission quantized only the layers ModelOpt "
+             "selected, the rest FP8: an upper bound on speed) and kv_cache_dtype fp8 (the FP8 list's KV-cache "
+             "entries; whether B200 kept them in FP4 is not stated); the Server figures are from the 99.9%-accuracy "
+             "log, the Offline ones from the 99% log")),
     "closed/NVIDIA/results/H200-SXM-141GBx8_TRT/mixtral-8x7b": dict(
-        model="mixtral-8x7b", gpu="h200", num_gpus=8, tp="", dp_replicas="", engine="trtllm", precision="",
-        submitter="NVIDIA", status="available",
-        max_batch={},
-        how=("NVIDIA H200 (8x H200-SXM-141GB, TensorRT), TensorRT 10.2.0, CUDA 12.4; configs/mixtral-8x7b/"
-             "__init__.py gives precision fp16 for activations and max_num_tokens 16384 but the per-scenario "
-             "configs (parallelism, quantization, batch size) are not in the index: tp, replicas and weight "
-             "precision unknown")),
+        model="mixtral-8x7b", gpu="h200", num_gpus=8, tp=1, dp_replicas=8, engine="trtllm", precision="fp8",
+        kv_cache_dtype="fp8", submitter="NVIDIA", status="available",
+        max_batch={"Offline": 3072, "Server": 1200},
+        max_num_tokens={"Offline": 16384, "Server": 8192},
+        how=("NVIDIA H200 (8x H200-SXM-141GB, TensorRT), TensorRT 10.2.0, CUDA 12.4; " + NV_MIXTRAL_CFG)),
     "closed/AMD/results/8xMI300X_2xEPYC-9374F/llama2-70b": dict(
         model="llama2-70b", gpu="mi300x", num_gpus=8, tp=1, dp_replicas=8, engine="vllm",
         engine_version="0.4.3+rocm614", precision="fp8", kv_cache_dtype="fp8",
-        submitter="AMD", status="available", max_batch={},
+        submitter="AMD", status="available", max_batch={"Offline": 2048, "Server": 1024},
         how=("Supermicro AS-8125GS-TNMR2, 8x AMD Instinct MI300X-NPS1-SPX-192GB-750W, 2x EPYC 9374F; framework "
              "'vLLM 0.4.3+rocm614, PyTorch 2.3.0, ROCm 6.1.2' (systems/8xMI300X_2xEPYC-9374F.json); AMD's "
-             "harness scripts (code/llama2-70b-99.9/test_VllmFp8) run TP=1, DP=8, --quantization fp8 "
-             "(Quark w_fp8_a_fp8_o_fp8), --kv-cache-dtype fp8; max batch not stated")),
+             "harness (code/llama2-70b-99.9/test_VllmFp8) runs TP=1, DP=8, --quantization fp8 "
+             "(Quark w_fp8_a_fp8_o_fp8), --kv-cache-dtype fp8")),
     "closed/AMD/results/8xMI300X_2xEPYC-TURIN/llama2-70b": dict(
         model="llama2-70b", gpu="mi300x", num_gpus=8, tp=1, dp_replicas=8, engine="vllm",
         engine_version="0.4.3+rocm614", precision="fp8", kv_cache_dtype="fp8",
-        submitter="AMD", status="preview", max_batch={},
+        submitter="AMD", status="preview", max_batch={"Offline": 2048, "Server": 1024},
         how=("Supermicro AS-8125GS-TNMR2, 8x AMD Instinct MI300X-NPS1-SPX-192GB-750W, 2x next-generation EPYC "
              "'TURIN' (status preview because of the CPU); framework 'vLLM 0.4.3+rocm614, PyTorch 2.3.0, "
-             "ROCm 6.1.2'; harness TP=1, DP=8, FP8 weights and activations, FP8 KV cache; max batch not stated")),
+             "ROCm 6.1.2'; harness TP=1, DP=8, FP8 weights and activations, FP8 KV cache")),
     "closed/AMD/results/1xMI300X_2xEPYC-9374F/llama2-70b": dict(
         model="llama2-70b", gpu="mi300x", num_gpus=1, tp=1, dp_replicas=1, engine="vllm",
         engine_version="0.4.3+rocm614", precision="fp8", kv_cache_dtype="fp8",
-        submitter="AMD", status="available", max_batch={},
-        how=("1x AMD Instinct MI300X 192GB, 2x EPYC 9374F, vLLM 0.4.3+rocm614; harness TP=1, FP8 weights and "
-             "activations, FP8 KV cache; the 99.9%-accuracy logs (the index holds those for this system; AMD "
-             "ran the same FP8 model for both accuracy targets); max batch not stated")),
+        submitter="AMD", status="available", max_batch={"Offline": 2048, "Server": 1024},
+        how=("1x AMD Instinct MI300X 192GB, 2x EPYC 9374F, vLLM 0.4.3+rocm614; harness TP=1 (-dp 1 on one GPU), "
+             "FP8 weights and activations, FP8 KV cache; the 99.9%-accuracy logs (the index holds those for this "
+             "system; AMD ran the same FP8 model for both accuracy targets)")),
 }
 
 
@@ -384,6 +423,11 @@ def mlperf_inference_v41() -> list[dict[str, str]]:
                       max_batch=meta["max_batch"].get(scenario, ""))
         base = (f"MLPerf LoadGen mlperf_log_summary.txt ({path}); {meta['how']}; {dataset}; "
                 f"performance_sample_count {stats['performance_sample_count']}; ")
+        if meta["submitter"] == "AMD":
+            base += (AMD_OFFLINE if scenario == "Offline" else AMD_SERVER) + "; "
+        if "max_num_tokens" in meta:
+            base += (f"{scenario} engine built with --max_num_tokens={meta['max_num_tokens'][scenario]} (the "
+                     f"scenario config's max_num_tokens); ")
         if scenario == "Offline":
             fields.update(workload="offline", num_requests=stats["samples_per_query"])
             base += (f"Offline scenario: one query of samples_per_query {stats['samples_per_query']} samples issued "

@@ -89,8 +89,14 @@ OPENORCA = Dataset(
 MLPERF_MIXTRAL = Dataset(
     "mlperf-mixtral",
     "MLPerf Inference mixtral-8x7b data set: 5,000 samples each of OpenOrca, GSM8K and MBXP",
-    ("mlcommons/inference language/mixtral-8x7b/README.md names the 15,000 samples; no published mean "
-     "input or output length was found",),
+    ("mlcommons/inference language/mixtral-8x7b/README.md names the 15,000 samples "
+     "(2024.06.06_mixtral_15k_v4.pkl); no published mean input length was found",
+     "mean output: 145.9 tokens per sample, the reference run's TOKENS_PER_SAMPLE accuracy target as NVIDIA's "
+     "v4.1 submission prints it ('TOKENS_PER_SAMPLE: 145.900 (Valid Range=[131.310, 160.490])', i.e. 90-110% "
+     "of 145.9), mlcommons/inference_results_v4.1 closed/NVIDIA/code/mixtral-8x7b/tensorrt/README.md, commit "
+     "a2f5d66d17e8f75c02fd74dfe810ecca6a046696"),
+    output_mean=145.9,
+    output_note="every request asks for the published mean output (145.9 tokens); the input mean is not published",
 )
 
 DATASETS: dict[str, Dataset] = {d.name: d for d in (SHAREGPT, OPENORCA, MLPERF_MIXTRAL)}

@@ -207,6 +207,9 @@ _FLAGS = (
     (re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)"), "max_num_batched_tokens"),
     (re.compile(r"--enable-chunked-prefill=False"), "chunked_prefill"),
     (re.compile(r"trtllm-serve --backend pytorch"), "engine_backend"),
+    # the same setting named as the engines' config fields (vLLM EngineArgs.enable_chunked_prefill, TensorRT-LLM
+    # executor enable_chunked_context) where a harness leaves it at its default False
+    (re.compile(r"enable_chunked_(?:prefill|context)[ =]False"), "chunked_prefill"),
 )
 _FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch"}   # what a flag without a number sets
 
