@@ -333,8 +333,13 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     take beyond one unit's compute (compute not already hiding the CP ring exchange):
         forward:  a + (L - 1) max(0, a - c_f)
         backward: a + r + (L - 1) max(0, a + r - c_b)
-    with a, r one unit's gather and reduce-scatter, c_f, c_b one unit's compute (backward with its
-    recomputation). Without prefetch every collective is exposed. What hides slows the compute
+    with a, r one unit's gather and reduce-scatter, c_f, c_b one unit's share of the compute stream's
+    wall in the pass (``pass_walls``; with FSDP2's copy-outs and copy-ins, which run on that stream
+    between the units' kernels: torch's split_with_sizes_copy in wait_for_unshard and the
+    reduce-scatter copy-in in foreach_reduce, both on the current stream; backward with its
+    recomputation). Where the collectives outlast it the pass takes L a + c_f (forward) and
+    L (a + r) + c_b (backward): the NIC, shared by the all-gather and reduce-scatter streams, sets the
+    pace. Without prefetch every collective is exposed. What hides slows the compute
     beneath it by ``OVERLAP_SLOWDOWN`` per second hidden."""
     L = maximum(units, 1)
     a, r = gather / L, reduce / L

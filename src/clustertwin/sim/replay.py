@@ -26,6 +26,7 @@ all-to-alls are taken to run in its lockstep.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -241,6 +242,7 @@ class _Replay:
         for r in self.ranks:
             self.by_stage.setdefault(r.stage, []).append(r)
         self._records: list[tuple[SimRank, MacroTask, int]] = []
+        self._parts: dict[tuple, Op] = {}
 
     # -- programs and their replay
     def program(self, stage: int, block: str, phase: str) -> Program:
@@ -279,9 +281,16 @@ class _Replay:
         return tid
 
     def _collective(self, ranks: list[SimRank], op: Op, share: float, deps, name: str, stream: str = "dp_comm",
-                    phase: str = "step", chunk: int = -1, mb: int = -1) -> int:
-        t = self.pricer.time(op) * share
-        lat = comm_latency(self.pricer, op) * share
+                    phase: str = "step", chunk: int = -1, mb: int = -1, own: bool = False) -> int:
+        """``share`` of ``op`` on ``ranks``: a share of the priced collective (a gradient bucket of the
+        stage's reduction), or (``own``) a collective of its own of ``share`` of the bytes, paying its
+        own latency (FSDP's per-unit all-gathers and reduce-scatters, priced so by the analytic model)."""
+        if own:
+            part = _cached_part(self._parts, op, share)
+            t, lat = self.pricer.time(part), comm_latency(self.pricer, part)
+        else:
+            t = self.pricer.time(op) * share
+            lat = comm_latency(self.pricer, op) * share
         tid = self.e.add([self.e.stream(r.index, stream) for r in ranks], t - lat, deps, lat,
                          self._links(ranks, op.group))
         for r in ranks:
@@ -460,7 +469,8 @@ class _Replay:
                 deps = [seg_tasks[r.index][q - ahead] for r in ranks]
             else:
                 deps = [t for t in (before[r.index] for r in ranks) if t is not None]
-            out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", phase=ph, chunk=j, mb=k))
+            out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", phase=ph, chunk=j, mb=k,
+                                        own=True))
         return out
 
     def _fsdp_reduce(self, ranks: list[SimRank], fsdp: list[Op], s: Segment, deps: list[int], j: int,
@@ -473,7 +483,7 @@ class _Replay:
             w = segment_weight(s, op.group)
             if w > 0 and total > 0:
                 out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", stream="dp_rs",
-                                            phase="B", chunk=j, mb=k))
+                                            phase="B", chunk=j, mb=k, own=True))
         return out
 
     def all_segments(self, stage: int) -> Iterator[Segment]:
@@ -503,6 +513,15 @@ class _Replay:
                     t.end_s += tax
             total = max(total, r.end_s)
         return total
+
+
+def _cached_part(cache: dict, op: Op, share: float) -> Op:
+    """``op`` moving ``share`` of its bytes (one FSDP unit's collective), one Op per (op, share)."""
+    key = (id(op), share)
+    part = cache.get(key)
+    if part is None:
+        part = cache[key] = dataclasses.replace(op, comm_bytes=op.comm_bytes * share, bytes=op.bytes * share)
+    return part
 
 
 def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
