@@ -312,6 +312,10 @@ class _Replay:
             gather_ops, opt_op = dpw.gather_ops, dpw.optimizer
             fsdp = list(dpw.fsdp_ops)
             gate, release = dpw.gate, dpw.release
+            # FSDP gathering once per step (torchtitan under PP: reshard_after_forward off): each layer's
+            # parameters gathered at its chunk's first forward, prefetched as per micro-batch, and
+            # copied out there (torch.distributed.pipelining keeps them unsharded until the last backward)
+            step_gather = list(gather_ops) if plan.zero_stage >= 3 else []
             # this iteration's parameter all-gathers, bucket by bucket in forward order, under the first forwards
             gate_task: dict[tuple[int, int], int] = {}          # (chunk, segment) -> last all-gather it waits for
             if gate:
@@ -335,15 +339,22 @@ class _Replay:
                 extra = {r.index: pending_block.pop(r.index, ()) for r in ranks}
                 # FSDP2 copying gradients in once per step: in the last micro-batch's backward, layer by layer
                 step_in = dpw.copies("step", copy_in=True) if ph == "B" and k == m - 1 else ()
+                first_f = ph == "F" and k == 0 and bool(step_gather)
                 granular = (bool(fsdp) or (gate and ph == "F" and k == 0) or (release and ph == "B" and k == m - 1)
-                            or bool(step_in))
+                            or bool(step_in) or first_f)
                 copy_out = dpw.copies("fwd" if ph == "F" else "bwd") if fsdp else ()
+                if first_f:
+                    copy_out = dpw.copies("step")
                 copy_in = (dpw.copies("", copy_in=True) if fsdp and ph == "B" else ()) + step_in
+                pass_rs: list[int] = []          # this backward's FSDP reduce-scatters
                 if granular:
                     seg_tasks: dict[int, list[int]] = {r.index: [] for r in ranks}
                     before = {r.index: last_compute.get(r.index) for r in ranks}
                     for q, (s, si) in enumerate(zip(segs, idxs)):
                         gathers = self._fsdp_gather(ranks, fsdp, ph, s, q, seg_tasks, before, j, k) if fsdp else []
+                        if first_f:
+                            gathers += self._fsdp_gather(ranks, step_gather, ph, s, q, seg_tasks, before, j, k,
+                                                         any_phase=True)
                         for r in ranks:
                             mp = self.profile(i, s.block, ph, r.factors)
                             deps = list(extra[r.index])
@@ -366,6 +377,7 @@ class _Replay:
                         if fsdp and ph == "B":
                             rs = self._fsdp_reduce(ranks, fsdp, s, [last_compute[r.index] for r in ranks], j, k)
                             fsdp_rs += rs
+                            pass_rs += rs
                             if not plan.overlap_dp_comm:     # the next layer waits for this one's reduction
                                 for r in ranks:
                                     extra[r.index] = list(rs)
@@ -404,6 +416,15 @@ class _Replay:
                         sends[(ph, r.replica, nxt[0], nxt[1], k)] = sid
                         if not plan.overlap_pp_comm:
                             pending_block.setdefault(r.index, []).append(sid)
+                if pass_rs:
+                    # FSDP2 ends each backward waiting for its reduce-scatters (the root's post-backward
+                    # callback: FSDPParamGroup.finalize_backward -> _wait_for_post_backward makes the current
+                    # stream wait on each group's post-reduce event), so the next pass, and the next
+                    # all-gathers (their copy-in stream waits on the current stream), start after them
+                    for r in ranks:
+                        tid = e.add((e.stream(r.index, "compute"),), 0.0, [last_compute[r.index]] + pass_rs)
+                        self._add(r, MacroTask("compute", f"{ph}{j}.{k} fsdp.wait_reduce", 0, 0, (), j, k, ph), tid)
+                        last_compute[r.index] = tid
             # gradient reduction, bucket by bucket, in the order the last backwards release them
             grad_tasks: list[int] = []
             for op, j, b in dpw.grad_order(stage_order(p, v, m, i), v):
@@ -419,12 +440,9 @@ class _Replay:
                 tid = e.add((e.stream(r.index, "compute"),), dur, deps)
                 self._add(r, MacroTask("compute", "optimizer.adam", 0, 0, (), phase="step", op=opt_op), tid)
                 opt_tasks.append(tid)
-            if gather_ops and not gate:      # ZeRO-1/2 without overlap: gather the new parameters now
-                gathered = [self._collective(ranks, op, 1.0, opt_tasks, op.name) for op in gather_ops]
-                for r in ranks:              # FSDP2 gathering once per step: copied out into the parameters
-                    for op in dpw.copies("step"):
-                        tid = e.add((e.stream(r.index, "compute"),), self.pricer.time(op) * max(r.factors), gathered)
-                        self._add(r, MacroTask("compute", op.name, 0, 0, (), phase="step", op=op), tid)
+            if gather_ops and not gate and not step_gather:  # ZeRO-1/2 without overlap: gather the new parameters now
+                for op in gather_ops:
+                    self._collective(ranks, op, 1.0, opt_tasks, op.name)
         for tid, key in recv_waits:
             src = sends.get(key)
             if src is None:  # pragma: no cover - every schedule feeds its receives
@@ -452,14 +470,16 @@ class _Replay:
 
     # -- FSDP: per-layer parameter gathers (prefetched one layer ahead) and gradient reduce-scatters
     def _fsdp_gather(self, ranks: list[SimRank], fsdp: list[Op], ph: str, s: Segment, q: int,
-                     seg_tasks: dict[int, list[int]], before: dict[int, int | None], j: int, k: int) -> list[int]:
+                     seg_tasks: dict[int, list[int]], before: dict[int, int | None], j: int, k: int,
+                     any_phase: bool = False) -> list[int]:
         """The all-gathers of one layer's parameters: with overlap issued when the layer before the
-        previous one is done (one layer of prefetch), else when the previous layer is done."""
+        previous one is done (one layer of prefetch), else when the previous layer is done.
+        ``any_phase``: ``fsdp`` are the once-per-step gathers (gathered at the first forward)."""
         ahead = 2 if self.plan.overlap_param_gather else 1
         out = []
         want = "fwd" if ph == "F" else "bwd"
         for op in fsdp:
-            if op.collective != "all_gather" or op.phase.value != want:
+            if op.collective != "all_gather" or (op.phase.value != want and not any_phase):
                 continue
             total = sum(segment_weight(x, op.group) for x in self.all_segments(ranks[0].stage))
             w = segment_weight(s, op.group)
