@@ -342,8 +342,9 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     reduce-scatter copy-in in foreach_reduce, both on the current stream; backward with its
     recomputation). Where the collectives outlast it the pass takes L a + c_f (forward) and
     L (a + r) + c_b (backward): the NIC, shared by the all-gather and reduce-scatter streams, sets the
-    pace. Without prefetch every collective is exposed. What hides slows the compute
-    beneath it by ``OVERLAP_SLOWDOWN`` per second hidden."""
+    pace. Without prefetch every collective is exposed. What hides slows the compute beneath it by
+    ``OVERLAP_SLOWDOWN`` per second hidden, on the pass's critical path (the replay adds it at the end
+    of each pass)."""
     L = maximum(units, 1)
     a, r = gather / L, reduce / L
     window = FSDP_PREFETCH_UNITS

@@ -12,7 +12,10 @@ per-rank streams with dependencies, in the order Megatron-LM schedules it:
 3. Data parallelism: after the last micro-batch's backward of each chunk, its gradient buckets are
    reduced (overlapped with the rest of the backward when the plan says so), then the optimizer
    runs; the ZeRO parameter all-gather runs bucket by bucket under the first forward (or after the
-   optimizer without overlap). FSDP gathers and reduces per layer and micro-batch.
+   optimizer without overlap). FSDP gathers and reduces per layer and micro-batch (each unit its own
+   collective, one unit of prefetch, each backward ending when its reduce-scatters are done, the
+   compute slowed by what ran beside it at the end of each pass), or, once per step under PP
+   (torchtitan), gathers each layer at its first forward and reduces in the last backward.
 4. Links: each simulated rank has a NIC and an NVLink port (each direction); transfers in flight on
    one (gradient buckets and pipeline sends, say) share it.
 
@@ -26,6 +29,7 @@ all-to-alls are taken to run in its lockstep.
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -101,6 +105,7 @@ class MacroTask:
     op: Op | None = None
     fraction: float = 1.0
     peer: int = -1                    # pipeline send: the receiving stage
+    slows: bool = False               # an FSDP collective whose slowdown of the compute beside it is replayed
 
 
 @dataclass
@@ -243,6 +248,7 @@ class _Replay:
             self.by_stage.setdefault(r.stage, []).append(r)
         self._records: list[tuple[SimRank, MacroTask, int]] = []
         self._parts: dict[tuple, Op] = {}
+        self._slowdown_tasks: dict[tuple, int] = {}   # (rank index, phase, chunk, micro-batch) -> task
 
     # -- programs and their replay
     def program(self, stage: int, block: str, phase: str) -> Program:
@@ -281,7 +287,7 @@ class _Replay:
         return tid
 
     def _collective(self, ranks: list[SimRank], op: Op, share: float, deps, name: str, stream: str = "dp_comm",
-                    phase: str = "step", chunk: int = -1, mb: int = -1, own: bool = False) -> int:
+                    phase: str = "step", chunk: int = -1, mb: int = -1, own: bool = False, slows: bool = False) -> int:
         """``share`` of ``op`` on ``ranks``: a share of the priced collective (a gradient bucket of the
         stage's reduction), or (``own``) a collective of its own of ``share`` of the bytes, paying its
         own latency (FSDP's per-unit all-gathers and reduce-scatters, priced so by the analytic model)."""
@@ -295,7 +301,7 @@ class _Replay:
                          self._links(ranks, op.group))
         for r in ranks:
             self._add(r, MacroTask(stream, name, 0, 0, chunk=chunk, microbatch=mb, phase=phase, op=op,
-                                   fraction=share), tid)
+                                   fraction=share, slows=slows), tid)
         return tid
 
     # -- the iteration
@@ -394,6 +400,22 @@ class _Replay:
                         if receives:
                             recv_waits.append((tid, (ph, r.replica, i, j, k)))
                         last_compute[r.index] = tid
+                if pass_rs:
+                    # FSDP2 ends each backward waiting for its reduce-scatters (the root's post-backward
+                    # callback: FSDPParamGroup.finalize_backward -> _wait_for_post_backward makes the current
+                    # stream wait on each group's post-reduce event), so the next pass, and the next
+                    # all-gathers (their copy-in stream waits on the current stream), start after them
+                    for r in ranks:
+                        tid = e.add((e.stream(r.index, "compute"),), 0.0, [last_compute[r.index]] + pass_rs)
+                        self._add(r, MacroTask("compute", f"{ph}{j}.{k} fsdp.wait_reduce", 0, 0, (), j, k, ph), tid)
+                        last_compute[r.index] = tid
+                if fsdp:
+                    # what the pass's FSDP collectives slowed the compute beside them (set after a first replay)
+                    for r in ranks:
+                        tid = e.add((e.stream(r.index, "compute"),), 0.0, [last_compute[r.index]])
+                        self._add(r, MacroTask("compute", f"{ph}{j}.{k} fsdp.slowdown", 0, 0, (), j, k, ph), tid)
+                        self._slowdown_tasks[(r.index, ph, j, k)] = tid
+                        last_compute[r.index] = tid
                 nxt = next_virtual(i, j, p, v, ph == "F")
                 if nxt is not None:
                     sc = send_cache.get((ph, j))
@@ -416,15 +438,6 @@ class _Replay:
                         sends[(ph, r.replica, nxt[0], nxt[1], k)] = sid
                         if not plan.overlap_pp_comm:
                             pending_block.setdefault(r.index, []).append(sid)
-                if pass_rs:
-                    # FSDP2 ends each backward waiting for its reduce-scatters (the root's post-backward
-                    # callback: FSDPParamGroup.finalize_backward -> _wait_for_post_backward makes the current
-                    # stream wait on each group's post-reduce event), so the next pass, and the next
-                    # all-gathers (their copy-in stream waits on the current stream), start after them
-                    for r in ranks:
-                        tid = e.add((e.stream(r.index, "compute"),), 0.0, [last_compute[r.index]] + pass_rs)
-                        self._add(r, MacroTask("compute", f"{ph}{j}.{k} fsdp.wait_reduce", 0, 0, (), j, k, ph), tid)
-                        last_compute[r.index] = tid
             # gradient reduction, bucket by bucket, in the order the last backwards release them
             grad_tasks: list[int] = []
             for op, j, b in dpw.grad_order(stage_order(p, v, m, i), v):
@@ -490,7 +503,7 @@ class _Replay:
             else:
                 deps = [t for t in (before[r.index] for r in ranks) if t is not None]
             out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", phase=ph, chunk=j, mb=k,
-                                        own=True))
+                                        own=True, slows=not any_phase))
         return out
 
     def _fsdp_reduce(self, ranks: list[SimRank], fsdp: list[Op], s: Segment, deps: list[int], j: int,
@@ -503,8 +516,36 @@ class _Replay:
             w = segment_weight(s, op.group)
             if w > 0 and total > 0:
                 out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", stream="dp_rs",
-                                            phase="B", chunk=j, mb=k, own=True))
+                                            phase="B", chunk=j, mb=k, own=True, slows=True))
         return out
+
+    def _slow_compute(self) -> bool:
+        """FSDP's per-unit collectives slow the compute they run beside (schedule.overlap_compute_slowdown,
+        s per second of overlap), each pass by what its own collectives overlapped, on the pass's
+        critical path as the analytic model prices it per micro-batch (``exposed_fsdp``), so the
+        slowed passes delay what waits for them (the pipeline's fill and drain): from a first replay,
+        each pass's ``fsdp.slowdown`` task takes s times the time the rank's FSDP collectives ran
+        beside the pass's compute, for a second replay. Whether there was any."""
+        if not self._slowdown_tasks:
+            return False
+        e = self.e
+        comm: dict[int, list[tuple[float, float]]] = {}
+        for rank, task, tid in self._records:
+            if task.slows:
+                comm.setdefault(rank.index, []).append((e.start[tid], e.end[tid]))
+        merged = {k: _merged(v) for k, v in comm.items()}
+        starts = {k: [x for x, _ in v] for k, v in merged.items()}
+        hidden: dict[int, float] = {}
+        for rank, task, tid in self._records:
+            key = (rank.index, task.phase, task.chunk, task.microbatch)
+            slow = self._slowdown_tasks.get(key)
+            if task.stream != "compute" or slow is None or slow == tid or rank.index not in merged:
+                continue
+            hidden[slow] = hidden.get(slow, 0.0) + _covered(merged[rank.index], starts[rank.index],
+                                                            e.start[tid], e.end[tid])
+        for slow, h in hidden.items():
+            e.work[slow] = OVERLAP_SLOWDOWN * h
+        return True
 
     def all_segments(self, stage: int) -> Iterator[Segment]:
         for segs in self.segments[stage]:
@@ -512,13 +553,16 @@ class _Replay:
 
     def run(self) -> float:
         total = self.e.run()
+        if self._slow_compute():
+            total = self.e.run()
         for rank, task, tid in self._records:
             task.start_s, task.end_s = self.e.start[tid], self.e.end[tid]
-        # DP reductions, parameter gathers and FSDP collectives slow the compute they overlap
+        # DP reductions and once-per-step parameter gathers slow the compute they overlap
         # (schedule.overlap_compute_slowdown): each rank's optimizer step, and what follows it, starts
-        # that much later (added after the replay, not replayed kernel by kernel)
+        # that much later (added after the replay, not replayed kernel by kernel, as the analytic model
+        # adds it once per step)
         for r in self.ranks:
-            comm = [(t.start_s, t.end_s) for t in r.tasks if t.stream in ("dp_comm", "dp_rs")]
+            comm = [(t.start_s, t.end_s) for t in r.tasks if t.stream in ("dp_comm", "dp_rs") and not t.slows]
             comp = [(t.start_s, t.end_s) for t in r.tasks if t.stream == "compute" and t.phase != "step"]
             tax = OVERLAP_SLOWDOWN * overlap_s(comm, comp)
             if tax <= 0:
@@ -533,6 +577,26 @@ class _Replay:
                     t.end_s += tax
             total = max(total, r.end_s)
         return total
+
+
+def _merged(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for x, y in sorted(iv):
+        if out and x <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], y))
+        elif y > x:
+            out.append((x, y))
+    return out
+
+
+def _covered(merged: list[tuple[float, float]], starts: list[float], a: float, b: float) -> float:
+    """Seconds of [a, b] that the disjoint sorted intervals ``merged`` (their ``starts``) cover."""
+    tot = 0.0
+    i = max(0, bisect.bisect_right(starts, a) - 1)
+    while i < len(merged) and merged[i][0] < b:
+        tot += max(0.0, min(b, merged[i][1]) - max(a, merged[i][0]))
+        i += 1
+    return tot
 
 
 def _cached_part(cache: dict, op: Op, share: float) -> Op:
