@@ -801,7 +801,7 @@ class _Layout:
             pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
             dp_rows = _one(dp_rows)
             sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
-            fsdp = [(_one(ag), _one(rs), units, _one(cp)) for ag, rs, units, cp in fsdp]
+            fsdp = [(_one(ag), _one(rs), units, _one(cp), _one(cf), _one(sc)) for ag, rs, units, cp, cf, sc in fsdp]
             params_rows = [_one(x) for x in params_rows]
         decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
 
@@ -831,10 +831,12 @@ class _Layout:
                                    cp_hidden_fwd_s=base.cp_hidden_fwd_s * cp_shares_link,
                                    cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
                                    pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
-                    ag, rs, units, copies = fsdp[k]
+                    ag, rs, units, copies, copies_fwd, st.step_copies_s = fsdp[k]
                     fwd_wall, bwd_wall = pass_walls(st)
-                    st.fsdp_s = exposed_fsdp(ag, rs, units, fwd_wall, bwd_wall, opg,
-                                             st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic) + copies
+                    # FSDP2's copies run on the compute stream between the units' kernels: they add to
+                    # the pass and, like its compute, hide the next unit's prefetched collectives
+                    st.fsdp_s = exposed_fsdp(ag, rs, units, fwd_wall + copies_fwd, bwd_wall + copies - copies_fwd,
+                                             opg, st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic) + copies
                     stage_times.append(st)
                 params_of = params_rows
                 if self.dualpipe:   # the ranks, each holding two stages
@@ -914,6 +916,8 @@ class _Layout:
         the pipeline's sends too (both groups cross nodes), and whether the CP ring runs on the DP
         group's links (1.0: both cross nodes or neither does; 0.0: one on NVLink, one on the NICs).
 
+        FSDP2's copies: per micro-batch (all, of it the forward's) and once per step.
+
         FSDP/ZeRO-3 collectives run per unit (a layer; the embedding and head together one more):
         each is priced as units collectives of 1/units of the stage's parameters, so their latency
         counts once per unit."""
@@ -925,7 +929,7 @@ class _Layout:
         gb, pb = pr.fw.grad_reduce_bytes, (4 if plans.precision == "fp32" else 2)
         k_range = range(len(self.classes))
         sync, gather, opt = ([np.zeros(n) for _ in k_range] for _ in range(3))
-        fsdp_ag, fsdp_rs, fsdp_copy = ([np.zeros(n) for _ in k_range] for _ in range(3))
+        fsdp_ag, fsdp_rs, fsdp_copy, fsdp_copy_fwd, fsdp_step_copy = ([np.zeros(n) for _ in k_range] for _ in range(5))
         units = [cls.n_dense + cls.n_moe + int(cls.is_first or cls.is_last) for cls in self.classes]
         nic_shared: Any = False
         dp_cross = np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1
@@ -979,22 +983,23 @@ class _Layout:
                                             take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb,
                                             foreach=pr.fw.optimizer_impl == "torch_foreach")
                 step_copies, mb_copies = self._fsdp2_copies(k, z, take, pb, gb)
-                if mb_copies is not None:      # per micro-batch, on the compute stream: never hidden
-                    fsdp_copy[k][sel] = _rows_of(mb_copies, inv)
+                if mb_copies is not None:      # per micro-batch, on the compute stream
+                    fsdp_copy[k][sel] = _rows_of(mb_copies[0], inv)
+                    fsdp_copy_fwd[k][sel] = _rows_of(mb_copies[1], inv)
                 sync[k][sel] = _rows_of(acc["dp_sync"], inv)
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
                 fsdp_rs[k][sel] = _rows_of(acc["fsdp_rs"], inv)
                 opt_t = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
-                if step_copies is not None:    # gathered and reduced once per step, beside the optimizer
-                    opt_t = opt_t + step_copies
+                if step_copies is not None:    # gathered and reduced once per step: in the pipeline's fill and drain
+                    fsdp_step_copy[k][sel] = _rows_of(step_copies, inv)
                 opt[k][sel] = _rows_of(opt_t, inv)
-        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k], fsdp_copy[k]) for k in k_range]
+        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k], fsdp_copy[k], fsdp_copy_fwd[k], fsdp_step_copy[k]) for k in k_range]
         return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
     def _fsdp2_copies(self, k: int, z: int, take, pb: int, gb: int) -> tuple[Any, Any]:
         """Seconds of FSDP2's copy-outs and reduce-scatter copy-ins of stage class ``k``, (once per step,
-        per micro-batch), None where there are none: the ops the workload graph holds (``fsdp2_copies``,
+        (per micro-batch, of it the forward's)), None where there are none: the ops the workload graph holds (``fsdp2_copies``,
         per parameter group sharded over more than one rank, at ZeRO-3 under a framework whose FSDP
         copies them: fsdp2_copies), priced as ``Pricer.time`` prices them (memory-bound kernels, one
         kernel gap each)."""
@@ -1005,13 +1010,17 @@ class _Layout:
         units = fsdp_units(cls.n_dense, cls.n_moe, cls.is_first or cls.is_last)
         per_step = self.pp > 1 and pr.fw.fsdp_unsharded_with_pp
         total: Any = 0.0
+        fwd: Any = 0.0
         for group, params, size in (("dp_cp", take(self.dense[k]), take(self.dp_cp)),
                                     ("edp", take(self.expert[k]), take(self.edp))):
             sharded = params * (size > 1)
-            for _name, _phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step):
+            for _name, phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step):
                 t = pr._memory_bound._memory_time(nbytes, "elementwise") + pr.fw.kernel_gap_s * kernels
-                total = total + t * (sharded > 0)     # no kernels where the group holds nothing sharded
-        return (total, None) if per_step else (None, total)
+                t = t * (sharded > 0)     # no kernels where the group holds nothing sharded
+                total = total + t
+                if phase == Phase.FWD:
+                    fwd = fwd + t
+        return (total, None) if per_step else (None, (total, fwd))
 
 
 def _shape_key(plans: PlanSet) -> tuple:

@@ -77,6 +77,9 @@ class StageTime:
     # the stage's overlapped pipeline sends use the NICs its DP/FSDP traffic uses (both cross nodes)
     pp_shares_nic: Num = False
     overhead_s: Num = 0.0         # the framework's host time per micro-batch outside the layers
+    # FSDP2's copies once per step (gathered once, reduced once under PP): the copy-outs in the stage's
+    # first forward, the copy-ins in its last backward, on the compute stream
+    step_copies_s: Num = 0.0
 
     @property
     def per_microbatch_s(self) -> float:
@@ -333,9 +336,15 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     take beyond one unit's compute (compute not already hiding the CP ring exchange):
         forward:  a + (L - 1) max(0, a - c_f)
         backward: a + r + (L - 1) max(0, a + r - c_b)
-    with a, r one unit's gather and reduce-scatter, c_f, c_b one unit's compute (backward with its
-    recomputation). Without prefetch every collective is exposed. What hides slows the compute
-    beneath it by ``OVERLAP_SLOWDOWN`` per second hidden."""
+    with a, r one unit's gather and reduce-scatter, c_f, c_b one unit's share of the compute stream's
+    wall in the pass (``pass_walls``; with FSDP2's copy-outs and copy-ins, which run on that stream
+    between the units' kernels: torch's split_with_sizes_copy in wait_for_unshard and the
+    reduce-scatter copy-in in foreach_reduce, both on the current stream; backward with its
+    recomputation). Where the collectives outlast it the pass takes L a + c_f (forward) and
+    L (a + r) + c_b (backward): the NIC, shared by the all-gather and reduce-scatter streams, sets the
+    pace. Without prefetch every collective is exposed. What hides slows the compute beneath it by
+    ``OVERLAP_SLOWDOWN`` per second hidden, on the pass's critical path (the replay adds it at the end
+    of each pass)."""
     L = maximum(units, 1)
     a, r = gather / L, reduce / L
     window = FSDP_PREFETCH_UNITS
@@ -408,7 +417,7 @@ def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
     for name in ("fwd_s", "bwd_s", "recompute_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
                  "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s"):
         setattr(out, name, (getattr(a, name) + getattr(b, name)) / 2)
-    for name in ("dp_sync_s", "param_gather_s", "optimizer_s"):
+    for name in ("dp_sync_s", "param_gather_s", "optimizer_s", "step_copies_s"):
         setattr(out, name, getattr(a, name) + getattr(b, name))
     out.pp_shares_nic = a.pp_shares_nic
     return out
@@ -489,8 +498,14 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     total: Num = 0.0
     back: Num = 0.0          # the backward (with its recomputation) of one micro-batch, summed over stages
     compute_sum: Num = 0.0   # forward and backward
+    # FSDP2's once-per-step copies lengthen each stage's first forward and last backward, which the
+    # fill and the drain chain through every stage: each stage's copies are on the critical path
+    # (torch.distributed.pipelining: the last backward runs the reduce-scatters' copy-ins; the first
+    # forward the all-gathers' copy-outs). DualPipe's ranks each hold two stages.
+    step_copies: Num = 0.0
     for i in range(p):
         c = classes[stage_class[i]]
+        step_copies = step_copies + c.step_copies_s / (2 if dualpipe_sms else 1)
         total = total + per_mb[stage_class[i]]
         back = back + c.bwd_s + c.recompute_s
         compute_sum = compute_sum + c.fwd_s + c.bwd_s + c.recompute_s
@@ -580,7 +595,7 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "ep_comm": m * pick(crit, exposed_ep),
         "moe_imbalance": m * cs("moe_imbalance_s"),
         "pp_comm": pp_comm,
-        "dp_comm": dp_exposed + m * cs("fsdp_s"),
+        "dp_comm": dp_exposed + m * cs("fsdp_s") + step_copies,
         "bubble": bubble,
         "optimizer": opt,
         "other": m * cs("overhead_s"),

@@ -12,7 +12,13 @@ overlap semantics as the analytic step model (schedule/step.py):
   exposes its last chunk (exposed: 1/tp of the collective while the GEMM is the longer);
 - the re-gather of the input for the wgrad GEMM (an overlappable TP all-gather) runs beside the
   dgrad GEMM of its section, and the wgrad waits for it;
-- the CP ring exchange runs beside the attention kernel it feeds (exposed only beyond it);
+- the CP ring exchange runs beside the attention kernel it feeds (exposed only beyond it), issued
+  when the attention starts (what runs between, the ring's output merges and gradient
+  accumulation, does not hide it: the analytic model hides it behind attention only); an exchange
+  the ring waits for at its second step (``FIRST_STEP_CP``: torch's all-gather rotater) hides
+  behind the first of the attention's ``attention_chunks`` steps only, the attention's other
+  steps waiting for it; the last step's exchange (``LAST_STEP_CP``) starts after the attention
+  and the compute stream waits for it;
 - recomputation runs at the start of the layer's backward.
 """
 from __future__ import annotations
@@ -20,6 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..workload.ops import Op, OpKind, Stream, is_score_gemm
+from ..workload.transformer import LAST_STEP_CP
+
+# CP exchanges waited for at the ring's second step (torch's all-gather rotater; schedule/step.py)
+FIRST_STEP_CP = "attn.cp_allgather"
 
 # elementwise ops of the unfused attention core (with the score GEMMs: what the CP ring hides behind)
 _ATTN_ELEMENTWISE = ("attn.softmax", "attn.dropout")
@@ -111,7 +121,8 @@ def build_program(ops: tuple[Op, ...] | list[Op], pricer, tp: int, overlap_tp: b
     frontier: list[int] = []           # steps the next compute op depends on
     join_after_gemm: list[int] = []    # overlapped TP part "b" the op after the paired GEMM waits for
     pending_gemm = -1                  # op index of the GEMM an "enter" collective is paired with
-    ring: list[int] = []               # CP ring step running beside the attention core
+    ring: list[int] = []               # CP ring steps running beside the attention core
+    deferred: list[int] = []           # op indices of CP exchanges issued when the attention starts
     last_op = -1                       # op index of the last step added for a compute op
 
     def add(op: Op, deps: list[int], fraction: float = 1.0, part: str = "") -> int:
@@ -129,6 +140,25 @@ def build_program(ops: tuple[Op, ...] | list[Op], pricer, tp: int, overlap_tp: b
             if ring and not _is_attn_core(op):
                 deps += ring
                 ring = []
+            if deferred and _is_attn_core(op):
+                # the ring's exchanges start with the attention they run beside
+                first = [add(ops[x], frontier) for x in deferred if ops[x].name.startswith(FIRST_STEP_CP)]
+                ring += [add(ops[x], frontier) for x in deferred
+                         if not ops[x].name.startswith(FIRST_STEP_CP) and ops[x].name != LAST_STEP_CP]
+                last = [x for x in deferred if ops[x].name == LAST_STEP_CP]
+                deferred = []
+                chunks = max(1, int(getattr(getattr(pricer, "compute", None), "attention_chunks", 1)))
+                if first and op.kind == OpKind.ATTENTION and chunks > 1:
+                    # the first ring step computes on the local K/V; the others wait for the gathered ones
+                    a = add(op, deps, 1 / chunks, "first_step")
+                    s = add(op, [a] + first, (chunks - 1) / chunks, "ring_steps")
+                else:
+                    s = add(op, deps + first)
+                # the last step's exchange follows the attention; the next op waits for it with the ring
+                ring += [add(ops[x], [s]) for x in last]
+                frontier = [s]
+                last_op = k
+                continue
             s = add(op, deps)
             frontier = [s]
             last_op = k
@@ -136,9 +166,8 @@ def build_program(ops: tuple[Op, ...] | list[Op], pricer, tp: int, overlap_tp: b
                 frontier += join_after_gemm
                 join_after_gemm, pending_gemm = [], -1
             continue
-        nxt_k = order[pos + 1] if pos + 1 < len(order) else -1
-        if op.group == "cp" and op.overlappable and nxt_k >= 0 and _is_attn_core(ops[nxt_k]):
-            ring = [add(op, frontier)]          # beside the attention core; joined after it
+        if op.group == "cp" and op.overlappable and any(_is_attn_core(ops[x]) for x in order[pos + 1:]):
+            deferred.append(k)                  # beside the attention core ahead; joined after it
             continue
         if op.group == "tp" and overlap_tp and tp > 1 and not op.overlappable:
             prev_k = order[pos - 1] if pos else -1

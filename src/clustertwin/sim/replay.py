@@ -12,7 +12,10 @@ per-rank streams with dependencies, in the order Megatron-LM schedules it:
 3. Data parallelism: after the last micro-batch's backward of each chunk, its gradient buckets are
    reduced (overlapped with the rest of the backward when the plan says so), then the optimizer
    runs; the ZeRO parameter all-gather runs bucket by bucket under the first forward (or after the
-   optimizer without overlap). FSDP gathers and reduces per layer and micro-batch.
+   optimizer without overlap). FSDP gathers and reduces per layer and micro-batch (each unit its own
+   collective, one unit of prefetch, each backward ending when its reduce-scatters are done, the
+   compute slowed by what ran beside it at the end of each pass), or, once per step under PP
+   (torchtitan), gathers each layer at its first forward and reduces in the last backward.
 4. Links: each simulated rank has a NIC and an NVLink port (each direction); transfers in flight on
    one (gradient buckets and pipeline sends, say) share it.
 
@@ -26,6 +29,8 @@ all-to-alls are taken to run in its lockstep.
 """
 from __future__ import annotations
 
+import bisect
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -100,6 +105,7 @@ class MacroTask:
     op: Op | None = None
     fraction: float = 1.0
     peer: int = -1                    # pipeline send: the receiving stage
+    slows: bool = False               # an FSDP collective whose slowdown of the compute beside it is replayed
 
 
 @dataclass
@@ -241,6 +247,8 @@ class _Replay:
         for r in self.ranks:
             self.by_stage.setdefault(r.stage, []).append(r)
         self._records: list[tuple[SimRank, MacroTask, int]] = []
+        self._parts: dict[tuple, Op] = {}
+        self._slowdown_tasks: dict[tuple, int] = {}   # (rank index, phase, chunk, micro-batch) -> task
 
     # -- programs and their replay
     def program(self, stage: int, block: str, phase: str) -> Program:
@@ -279,14 +287,21 @@ class _Replay:
         return tid
 
     def _collective(self, ranks: list[SimRank], op: Op, share: float, deps, name: str, stream: str = "dp_comm",
-                    phase: str = "step", chunk: int = -1, mb: int = -1) -> int:
-        t = self.pricer.time(op) * share
-        lat = comm_latency(self.pricer, op) * share
+                    phase: str = "step", chunk: int = -1, mb: int = -1, own: bool = False, slows: bool = False) -> int:
+        """``share`` of ``op`` on ``ranks``: a share of the priced collective (a gradient bucket of the
+        stage's reduction), or (``own``) a collective of its own of ``share`` of the bytes, paying its
+        own latency (FSDP's per-unit all-gathers and reduce-scatters, priced so by the analytic model)."""
+        if own:
+            part = _cached_part(self._parts, op, share)
+            t, lat = self.pricer.time(part), comm_latency(self.pricer, part)
+        else:
+            t = self.pricer.time(op) * share
+            lat = comm_latency(self.pricer, op) * share
         tid = self.e.add([self.e.stream(r.index, stream) for r in ranks], t - lat, deps, lat,
                          self._links(ranks, op.group))
         for r in ranks:
             self._add(r, MacroTask(stream, name, 0, 0, chunk=chunk, microbatch=mb, phase=phase, op=op,
-                                   fraction=share), tid)
+                                   fraction=share, slows=slows), tid)
         return tid
 
     # -- the iteration
@@ -303,6 +318,10 @@ class _Replay:
             gather_ops, opt_op = dpw.gather_ops, dpw.optimizer
             fsdp = list(dpw.fsdp_ops)
             gate, release = dpw.gate, dpw.release
+            # FSDP gathering once per step (torchtitan under PP: reshard_after_forward off): each layer's
+            # parameters gathered at its chunk's first forward, prefetched as per micro-batch, and
+            # copied out there (torch.distributed.pipelining keeps them unsharded until the last backward)
+            step_gather = list(gather_ops) if plan.zero_stage >= 3 else []
             # this iteration's parameter all-gathers, bucket by bucket in forward order, under the first forwards
             gate_task: dict[tuple[int, int], int] = {}          # (chunk, segment) -> last all-gather it waits for
             if gate:
@@ -326,15 +345,22 @@ class _Replay:
                 extra = {r.index: pending_block.pop(r.index, ()) for r in ranks}
                 # FSDP2 copying gradients in once per step: in the last micro-batch's backward, layer by layer
                 step_in = dpw.copies("step", copy_in=True) if ph == "B" and k == m - 1 else ()
+                first_f = ph == "F" and k == 0 and bool(step_gather)
                 granular = (bool(fsdp) or (gate and ph == "F" and k == 0) or (release and ph == "B" and k == m - 1)
-                            or bool(step_in))
+                            or bool(step_in) or first_f)
                 copy_out = dpw.copies("fwd" if ph == "F" else "bwd") if fsdp else ()
+                if first_f:
+                    copy_out = dpw.copies("step")
                 copy_in = (dpw.copies("", copy_in=True) if fsdp and ph == "B" else ()) + step_in
+                pass_rs: list[int] = []          # this backward's FSDP reduce-scatters
                 if granular:
                     seg_tasks: dict[int, list[int]] = {r.index: [] for r in ranks}
                     before = {r.index: last_compute.get(r.index) for r in ranks}
                     for q, (s, si) in enumerate(zip(segs, idxs)):
                         gathers = self._fsdp_gather(ranks, fsdp, ph, s, q, seg_tasks, before, j, k) if fsdp else []
+                        if first_f:
+                            gathers += self._fsdp_gather(ranks, step_gather, ph, s, q, seg_tasks, before, j, k,
+                                                         any_phase=True)
                         for r in ranks:
                             mp = self.profile(i, s.block, ph, r.factors)
                             deps = list(extra[r.index])
@@ -357,6 +383,7 @@ class _Replay:
                         if fsdp and ph == "B":
                             rs = self._fsdp_reduce(ranks, fsdp, s, [last_compute[r.index] for r in ranks], j, k)
                             fsdp_rs += rs
+                            pass_rs += rs
                             if not plan.overlap_dp_comm:     # the next layer waits for this one's reduction
                                 for r in ranks:
                                     extra[r.index] = list(rs)
@@ -372,6 +399,22 @@ class _Replay:
                         self._add(r, MacroTask("compute", f"{ph}{j}.{k}", 0, 0, profs, j, k, ph), tid)
                         if receives:
                             recv_waits.append((tid, (ph, r.replica, i, j, k)))
+                        last_compute[r.index] = tid
+                if pass_rs:
+                    # FSDP2 ends each backward waiting for its reduce-scatters (the root's post-backward
+                    # callback: FSDPParamGroup.finalize_backward -> _wait_for_post_backward makes the current
+                    # stream wait on each group's post-reduce event), so the next pass, and the next
+                    # all-gathers (their copy-in stream waits on the current stream), start after them
+                    for r in ranks:
+                        tid = e.add((e.stream(r.index, "compute"),), 0.0, [last_compute[r.index]] + pass_rs)
+                        self._add(r, MacroTask("compute", f"{ph}{j}.{k} fsdp.wait_reduce", 0, 0, (), j, k, ph), tid)
+                        last_compute[r.index] = tid
+                if fsdp:
+                    # what the pass's FSDP collectives slowed the compute beside them (set after a first replay)
+                    for r in ranks:
+                        tid = e.add((e.stream(r.index, "compute"),), 0.0, [last_compute[r.index]])
+                        self._add(r, MacroTask("compute", f"{ph}{j}.{k} fsdp.slowdown", 0, 0, (), j, k, ph), tid)
+                        self._slowdown_tasks[(r.index, ph, j, k)] = tid
                         last_compute[r.index] = tid
                 nxt = next_virtual(i, j, p, v, ph == "F")
                 if nxt is not None:
@@ -410,12 +453,9 @@ class _Replay:
                 tid = e.add((e.stream(r.index, "compute"),), dur, deps)
                 self._add(r, MacroTask("compute", "optimizer.adam", 0, 0, (), phase="step", op=opt_op), tid)
                 opt_tasks.append(tid)
-            if gather_ops and not gate:      # ZeRO-1/2 without overlap: gather the new parameters now
-                gathered = [self._collective(ranks, op, 1.0, opt_tasks, op.name) for op in gather_ops]
-                for r in ranks:              # FSDP2 gathering once per step: copied out into the parameters
-                    for op in dpw.copies("step"):
-                        tid = e.add((e.stream(r.index, "compute"),), self.pricer.time(op) * max(r.factors), gathered)
-                        self._add(r, MacroTask("compute", op.name, 0, 0, (), phase="step", op=op), tid)
+            if gather_ops and not gate and not step_gather:  # ZeRO-1/2 without overlap: gather the new parameters now
+                for op in gather_ops:
+                    self._collective(ranks, op, 1.0, opt_tasks, op.name)
         for tid, key in recv_waits:
             src = sends.get(key)
             if src is None:  # pragma: no cover - every schedule feeds its receives
@@ -443,14 +483,16 @@ class _Replay:
 
     # -- FSDP: per-layer parameter gathers (prefetched one layer ahead) and gradient reduce-scatters
     def _fsdp_gather(self, ranks: list[SimRank], fsdp: list[Op], ph: str, s: Segment, q: int,
-                     seg_tasks: dict[int, list[int]], before: dict[int, int | None], j: int, k: int) -> list[int]:
+                     seg_tasks: dict[int, list[int]], before: dict[int, int | None], j: int, k: int,
+                     any_phase: bool = False) -> list[int]:
         """The all-gathers of one layer's parameters: with overlap issued when the layer before the
-        previous one is done (one layer of prefetch), else when the previous layer is done."""
+        previous one is done (one layer of prefetch), else when the previous layer is done.
+        ``any_phase``: ``fsdp`` are the once-per-step gathers (gathered at the first forward)."""
         ahead = 2 if self.plan.overlap_param_gather else 1
         out = []
         want = "fwd" if ph == "F" else "bwd"
         for op in fsdp:
-            if op.collective != "all_gather" or op.phase.value != want:
+            if op.collective != "all_gather" or (op.phase.value != want and not any_phase):
                 continue
             total = sum(segment_weight(x, op.group) for x in self.all_segments(ranks[0].stage))
             w = segment_weight(s, op.group)
@@ -460,7 +502,8 @@ class _Replay:
                 deps = [seg_tasks[r.index][q - ahead] for r in ranks]
             else:
                 deps = [t for t in (before[r.index] for r in ranks) if t is not None]
-            out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", phase=ph, chunk=j, mb=k))
+            out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", phase=ph, chunk=j, mb=k,
+                                        own=True, slows=not any_phase))
         return out
 
     def _fsdp_reduce(self, ranks: list[SimRank], fsdp: list[Op], s: Segment, deps: list[int], j: int,
@@ -473,8 +516,36 @@ class _Replay:
             w = segment_weight(s, op.group)
             if w > 0 and total > 0:
                 out.append(self._collective(ranks, op, w / total, deps, f"{op.name} {s.label}", stream="dp_rs",
-                                            phase="B", chunk=j, mb=k))
+                                            phase="B", chunk=j, mb=k, own=True, slows=True))
         return out
+
+    def _slow_compute(self) -> bool:
+        """FSDP's per-unit collectives slow the compute they run beside (schedule.overlap_compute_slowdown,
+        s per second of overlap), each pass by what its own collectives overlapped, on the pass's
+        critical path as the analytic model prices it per micro-batch (``exposed_fsdp``), so the
+        slowed passes delay what waits for them (the pipeline's fill and drain): from a first replay,
+        each pass's ``fsdp.slowdown`` task takes s times the time the rank's FSDP collectives ran
+        beside the pass's compute, for a second replay. Whether there was any."""
+        if not self._slowdown_tasks:
+            return False
+        e = self.e
+        comm: dict[int, list[tuple[float, float]]] = {}
+        for rank, task, tid in self._records:
+            if task.slows:
+                comm.setdefault(rank.index, []).append((e.start[tid], e.end[tid]))
+        merged = {k: _merged(v) for k, v in comm.items()}
+        starts = {k: [x for x, _ in v] for k, v in merged.items()}
+        hidden: dict[int, float] = {}
+        for rank, task, tid in self._records:
+            key = (rank.index, task.phase, task.chunk, task.microbatch)
+            slow = self._slowdown_tasks.get(key)
+            if task.stream != "compute" or slow is None or slow == tid or rank.index not in merged:
+                continue
+            hidden[slow] = hidden.get(slow, 0.0) + _covered(merged[rank.index], starts[rank.index],
+                                                            e.start[tid], e.end[tid])
+        for slow, h in hidden.items():
+            e.work[slow] = OVERLAP_SLOWDOWN * h
+        return True
 
     def all_segments(self, stage: int) -> Iterator[Segment]:
         for segs in self.segments[stage]:
@@ -482,13 +553,16 @@ class _Replay:
 
     def run(self) -> float:
         total = self.e.run()
+        if self._slow_compute():
+            total = self.e.run()
         for rank, task, tid in self._records:
             task.start_s, task.end_s = self.e.start[tid], self.e.end[tid]
-        # DP reductions, parameter gathers and FSDP collectives slow the compute they overlap
+        # DP reductions and once-per-step parameter gathers slow the compute they overlap
         # (schedule.overlap_compute_slowdown): each rank's optimizer step, and what follows it, starts
-        # that much later (added after the replay, not replayed kernel by kernel)
+        # that much later (added after the replay, not replayed kernel by kernel, as the analytic model
+        # adds it once per step)
         for r in self.ranks:
-            comm = [(t.start_s, t.end_s) for t in r.tasks if t.stream in ("dp_comm", "dp_rs")]
+            comm = [(t.start_s, t.end_s) for t in r.tasks if t.stream in ("dp_comm", "dp_rs") and not t.slows]
             comp = [(t.start_s, t.end_s) for t in r.tasks if t.stream == "compute" and t.phase != "step"]
             tax = OVERLAP_SLOWDOWN * overlap_s(comm, comp)
             if tax <= 0:
@@ -503,6 +577,35 @@ class _Replay:
                     t.end_s += tax
             total = max(total, r.end_s)
         return total
+
+
+def _merged(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for x, y in sorted(iv):
+        if out and x <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], y))
+        elif y > x:
+            out.append((x, y))
+    return out
+
+
+def _covered(merged: list[tuple[float, float]], starts: list[float], a: float, b: float) -> float:
+    """Seconds of [a, b] that the disjoint sorted intervals ``merged`` (their ``starts``) cover."""
+    tot = 0.0
+    i = max(0, bisect.bisect_right(starts, a) - 1)
+    while i < len(merged) and merged[i][0] < b:
+        tot += max(0.0, min(b, merged[i][1]) - max(a, merged[i][0]))
+        i += 1
+    return tot
+
+
+def _cached_part(cache: dict, op: Op, share: float) -> Op:
+    """``op`` moving ``share`` of its bytes (one FSDP unit's collective), one Op per (op, share)."""
+    key = (id(op), share)
+    part = cache.get(key)
+    if part is None:
+        part = cache[key] = dataclasses.replace(op, comm_bytes=op.comm_bytes * share, bytes=op.bytes * share)
+    return part
 
 
 def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
