@@ -286,8 +286,13 @@ class NetworkPricer:
         ``algorithms``: the algorithm families a job's NCCL_ALGO leaves NCCL (names of ALGORITHM_FAMILIES;
         None: all). As NCCL applies it (src/graph/tuning.cc ncclTopoTuneModel: 'Never disable ring for
         non-allreduce operations'), it removes the others from every collective but keeps the ring of
-        collectives other than all-reduce; NCCL_NVLS_ENABLE=0 is the same as leaving nvls out."""
+        collectives other than all-reduce; NCCL_NVLS_ENABLE=0 is the same as leaving nvls out.
+        Where either is None, the cluster's ``nccl_env`` (a cluster file's NCCL_ALGO, NCCL_PROTO,
+        NCCL_NVLS_ENABLE, parsed as NCCL parses them: specs/nccl.py) gives it; its algorithms are NCCL's
+        own (NVLS without NVLS tree, CollNetDirect without CollNetChain)."""
         self.cluster = cluster
+        env = cluster.nccl_env
+        self._algo_field, self._proto_field = "algorithms", "protocols"
         bad = [a for a in (algorithms or ()) if a not in ALGORITHM_FAMILIES]
         if bad or (algorithms is not None and not algorithms):
             raise SpecError("algorithms", f"unknown or empty NCCL algorithm list {list(algorithms or ())!r}",
@@ -295,6 +300,13 @@ class NetworkPricer:
         self.algorithms = None if algorithms is None else tuple(algorithms)
         self._allowed_algos = None if algorithms is None else \
             {ALGORITHMS.index(a) for fam in algorithms for a in ALGORITHM_FAMILIES[fam]}
+        if algorithms is None and env is not None and env.algorithms is not None:
+            self.algorithms = env.algorithms
+            self._allowed_algos = {ALGORITHMS.index(a) for a in env.algorithms}
+            self._algo_field = "NCCL_ALGO"
+        if protocols is None and env is not None and env.protocols is not None:
+            protocols = env.protocols
+            self._proto_field = "NCCL_PROTO"
         unknown = [p for p in (protocols or ()) if p not in PROTOCOLS]
         if unknown or (protocols is not None and not protocols):
             raise SpecError("protocols", f"unknown or empty NCCL protocol list {list(protocols or ())!r}",
@@ -305,8 +317,8 @@ class NetworkPricer:
             # the plugin sets NCCL_PROTO=simple when it initialises, for every communicator of the process
             allowed = tuple(p for p in allowed if p == "simple")
             if not allowed:
-                raise SpecError("protocols", f"{list(protocols or ())!r} leaves no protocol on NICs without ordered "
-                                "128-byte delivery (NCCL runs Simple only there)", "include simple")
+                raise SpecError(self._proto_field, f"{list(protocols or ())!r} leaves no protocol on NICs without "
+                                "ordered 128-byte delivery (NCCL runs Simple only there)", "include simple")
         self.protocols = allowed
         self.G = node.gpus_per_node
         self.nvlink = node.gpu_scaleup_bandwidth * profile.nvlink_efficiency
@@ -437,9 +449,9 @@ class NetworkPricer:
                 keep = self._allowed_algos | ({_RING} if kind != "all_reduce" else set())
                 rows = [r for r in rows if int(r[_ALG_COL]) in keep]
                 if not rows:
-                    raise SpecError("algorithms", f"NCCL_ALGO={','.join(self.algorithms or ())} leaves NCCL no "
+                    raise SpecError(self._algo_field, f"NCCL_ALGO={','.join(self.algorithms or ())} leaves NCCL no "
                                     f"algorithm for {kind} on {pl.size} GPUs over {pl.nodes} node(s) (NCCL fails: "
-                                    "'no algorithm/protocol available')", "add ring to the algorithms")
+                                    "'no algorithm/protocol available')", "add Ring to NCCL_ALGO")
             got = self._options[key] = np.array(rows, dtype=float).reshape(-1, _COLS)
         return got
 
