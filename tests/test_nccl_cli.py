@@ -212,3 +212,19 @@ def test_predict_on_a_cluster_with_nccl_env_prices_its_collectives_with_it(tmp_p
         out[name] = json.loads(text)["breakdown_s"]
     assert out["ring"]["dp_comm"] > out["auto"]["dp_comm"]
     assert out["ring"]["compute"] == out["auto"]["compute"]
+
+
+def test_ll128_is_off_by_default_on_pcie_nodes_unless_nccl_proto_names_it():
+    """NCCL enables LL128 by default only where the GPUs of a node talk over NVLink (tuning.cc
+    ncclTopoTuneModel, typeIntra <= PATH_NVB); NCCL_PROTO naming LL128 turns it on anyway."""
+    c = cluster_for_gpu("h100-pcie", 8)
+    assert c.node.scaleup_fabric == "pcie"
+    sizes = [1 << k for k in range(10, 31, 2)]
+    assert all(price_collective(c, "all_reduce", s).protocol != "ll128" for s in sizes)
+    forced = with_nccl_env(c, None, "LL128")
+    assert all(price_collective(forced, "all_reduce", s).protocol == "ll128" for s in sizes)
+    named = with_nccl_env(c, None, "LL,LL128,Simple")       # pEnable 1: NCCL's own pick may take it
+    assert any(price_collective(named, "all_reduce", s).protocol == "ll128" for s in sizes)
+    # NVLink nodes keep it: some mid size runs LL128 on an SXM node
+    sxm = cluster_for_gpu("a100-80gb", 8)
+    assert any(price_collective(sxm, "all_reduce", s).protocol == "ll128" for s in sizes)

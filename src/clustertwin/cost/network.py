@@ -43,7 +43,8 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
 A network plugin may leave NCCL fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
 every communicator of the process) on EFA that does not deliver 128-byte lines in order (p4d/p4de; the
 node's ``nic_ordered_128b_delivery: false``); ``NetworkPricer(..., protocols=...)`` takes an explicit
-NCCL_PROTO on top. A job's NCCL_ALGO (``NetworkPricer(..., algorithms=...)``) leaves NCCL the algorithms
+NCCL_PROTO on top. On nodes whose GPUs reach each other over PCIe only, NCCL leaves LL128 off unless
+NCCL_PROTO names it (tuning.cc: LL128 on by default only over NVLink). A job's NCCL_ALGO (``NetworkPricer(..., algorithms=...)``) leaves NCCL the algorithms
 it names, as NCCL applies it: the ring of collectives other than all-reduce always stays (src/graph/tuning.cc
 'Never disable ring for non-allreduce operations'). On two nodes this matters most: a ring sends 2(n-1)/n of
 the buffer over each node's NICs each way, a tree the buffer once, so a run with NCCL_ALGO=Ring (aws-efa-eks's
@@ -313,6 +314,12 @@ class NetworkPricer:
                             f"name one or more of {', '.join(PROTOCOLS)}")
         node = cluster.node
         allowed = tuple(PROTOCOLS) if protocols is None else tuple(protocols)
+        if protocols is None and node.scaleup_fabric == "pcie" and node.gpu.vendor.lower() != "amd":
+            # NCCL leaves LL128 off unless NCCL_PROTO names it where GPUs reach each other over PCIe only:
+            # LL128 is on by default only where the intra-node path is NVLink (src/graph/tuning.cc
+            # ncclTopoTuneModel: 'Enable LL128 by default only on Volta/Ampere/Hopper/Blackwell+NVLink. Other
+            # cases are not tested and may cause silent data corruption', pEnable &= typeIntra <= PATH_NVB)
+            allowed = tuple(p for p in allowed if p != "ll128")
         if not node.nic_ordered_128b_delivery:
             # the plugin sets NCCL_PROTO=simple when it initialises, for every communicator of the process
             allowed = tuple(p for p in allowed if p == "simple")
