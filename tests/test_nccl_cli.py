@@ -228,3 +228,17 @@ def test_ll128_is_off_by_default_on_pcie_nodes_unless_nccl_proto_names_it():
     # NVLink nodes keep it: some mid size runs LL128 on an SXM node
     sxm = cluster_for_gpu("a100-80gb", 8)
     assert any(price_collective(sxm, "all_reduce", s).protocol == "ll128" for s in sizes)
+
+
+def test_serve_on_a_cluster_with_nccl_env_prices_its_tp_all_reduces_with_it(tmp_path, capsys):
+    """Decode's TP all-reduces are small: with NCCL_PROTO=Simple (no LL, whose latency is lowest) each
+    costs more, so a TP=8 server on one DGX H100 produces fewer tokens per second."""
+    tput = {}
+    for name, env in (("auto", ""), ("simple", "nccl_env:\n  NCCL_PROTO: Simple\n  NCCL_ALGO: Ring\n")):
+        f = tmp_path / f"{name}.yaml"
+        f.write_text(f"name: one-dgx\nnode: dgx-h100\nnum_nodes: 1\n{env}", encoding="utf-8")
+        code, text, err = run(capsys, "serve", "--model", "llama3-70b", "--cluster", str(f), "--plan", "tp=8",
+                              "--num-requests", "20", "--json")
+        assert code == 0, err
+        tput[name] = json.loads(text)["output_tokens_per_s"]
+    assert tput["simple"] < tput["auto"]
