@@ -159,6 +159,8 @@ def _cluster_file(tmp_path, env: str) -> str:
 def test_cluster_file_nccl_env(tmp_path):
     c = load_cluster(_cluster_file(tmp_path, "  NCCL_ALGO: ring\n  NCCL_PROTO: ^LL128\n"))
     assert c.nccl_env.algorithms == ("ring",) and c.nccl_env.protocols == ("ll", "simple")
+    c = load_cluster(_cluster_file(tmp_path, "  NCCL_ALGO: [Tree, Ring]\n  NCCL_NVLS_ENABLE: 0\n"))
+    assert c.nccl_env.NCCL_ALGO == "Tree,Ring" and c.nccl_env.algorithms == ("ring", "tree")
 
 
 @pytest.mark.parametrize("env, field", [("  NCCL_ALGO: Rign\n", "nccl_env.NCCL_ALGO"),

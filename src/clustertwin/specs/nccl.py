@@ -76,6 +76,8 @@ class NcclEnv(Frozen):
     def _text(cls, v, info):
         if v is None:
             return v
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, str) for x in v):
+            v = ",".join(v)          # a YAML list of names reads as NCCL's comma list
         if not isinstance(v, str):
             raise SpecError(f"nccl_env.{info.field_name}", f"{v!r} is not a list of names",
                             f"write it as the environment variable takes it, e.g. {_EXAMPLE[info.field_name]}")
