@@ -18,7 +18,7 @@ PREDICT_MODULES = {
     "clustertwin", "clustertwin.errors", "clustertwin.cli", "clustertwin.cli_options", "clustertwin.jobs",
     "clustertwin.arith", "clustertwin.constants", "clustertwin.units", "clustertwin.catalog", "clustertwin.predict",
     "clustertwin.specs", "clustertwin.specs.framework", "clustertwin.specs.hardware", "clustertwin.specs.job",
-    "clustertwin.specs.model", "clustertwin.specs.plan",
+    "clustertwin.specs.model", "clustertwin.specs.nccl", "clustertwin.specs.plan",
     "clustertwin.parallel", "clustertwin.parallel.layout", "clustertwin.parallel.rules",
     "clustertwin.workload", "clustertwin.workload.graph", "clustertwin.workload.moe", "clustertwin.workload.ops",
     "clustertwin.workload.transformer",

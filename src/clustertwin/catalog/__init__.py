@@ -221,6 +221,9 @@ def _nested_loader(cls: type, key: str):
         return load_gpu, GPUSpec
     if cls is ClusterSpec and key == "node":
         return load_node, NodeSpec
+    if cls is ClusterSpec and key == "nccl_env":   # its unknown variables named, with the closest known one
+        from ..specs.nccl import NcclEnv
+        return None, NcclEnv
     return None, None
 
 

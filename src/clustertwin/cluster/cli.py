@@ -39,13 +39,19 @@ def register(app: typer.Typer) -> None:
                                                  help="auto (NCCL's pick) | ring | tree | nvls | collnet | pat"),
                    sweep_sizes: Optional[str] = typer.Option(None, "--sweep", help='sizes MIN:MAX[:FACTOR], e.g. '
                                                              '"1KiB:16GiB" (each twice the last)'),
+                   nccl_algo: Optional[str] = typer.Option(None, "--nccl-algo", help='NCCL_ALGO as NCCL takes it: '
+                                                           'a comma list of Ring, Tree, NVLS, NVLSTree, PAT, '
+                                                           'CollNetDirect, CollNetChain, or ^LIST for all but '
+                                                           'those (overrides the cluster file\'s nccl_env)'),
+                   nccl_proto: Optional[str] = typer.Option(None, "--nccl-proto", help='NCCL_PROTO as NCCL takes it: '
+                                                            'a comma list of LL, LL128, Simple, or ^LIST'),
                    as_json: bool = typer.Option(False, "--json", help="print JSON (schema 1)")) -> None:
         """One NCCL collective priced as the training model prices it: time, algorithm and bus
         bandwidth (nccl-tests' definitions), the algorithm and protocol NCCL would pick."""
         from rich.table import Table
         from ..errors import SpecError
         from ..jobs import resolve_cluster
-        from .collective import parse_size, parse_sweep, price_collective, sweep
+        from .collective import parse_size, parse_sweep, price_collective, sweep, with_nccl_env
         op_name = op.strip().lower().replace("-", "_")
         algo = algorithm.strip().lower()
         if (size is None) == (sweep_sizes is None):
@@ -62,11 +68,14 @@ def register(app: typer.Typer) -> None:
             c = c.with_gpus(c.gpus_per_node)
         else:
             c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+        c = with_nccl_env(c, nccl_algo, nccl_proto)
         n = num_gpus or c.num_gpus
         rows = sweep(c, op_name, sizes, n, algo) if sweep_sizes is not None \
             else [price_collective(c, op_name, sizes[0], n, algo)]
         if as_json:
             head = {"schema": 1, "gpu": c.gpu.name, "cluster": c.name}
+            if c.nccl_env is not None and not c.nccl_env.is_default:
+                head["nccl_env"] = c.nccl_env.to_json()
             if sweep_sizes is None:
                 base._emit_json({**head, **rows[0].to_json()})
             else:
@@ -74,6 +83,8 @@ def register(app: typer.Typer) -> None:
             return
         r0 = rows[0]
         where = f"{n} x {c.gpu.name}, {r0.nodes} node{'s' if r0.nodes > 1 else ''} of {r0.ranks_per_node}"
+        if c.nccl_env is not None and not c.nccl_env.is_default:
+            where += " with " + " ".join(f"{k}={v}" for k, v in c.nccl_env.to_json().items())
         t = Table(title=f"{op_name} on {where}", title_justify="left")
         for col, just in (("size", "right"), ("time", "right"), ("algbw GB/s", "right"), ("busbw GB/s", "right"),
                           ("algorithm/protocol", "left")):

@@ -18,6 +18,7 @@ from ..cost.profile import HardwareProfile
 from ..errors import SpecError
 from ..parallel.layout import GroupPlacement, place_group
 from ..specs.hardware import ClusterSpec
+from ..specs.nccl import NcclEnv, parse_nccl_list
 from ..units import parse_quantity
 
 MAX_SWEEP_POINTS = 64
@@ -31,6 +32,24 @@ def collective_placement(op: str, num_gpus: int, gpus_per_node: int) -> GroupPla
     if op == "send_recv":
         return GroupPlacement(2, 1, 2, 2) if pl.nodes > 1 else place_group(2, 1, gpus_per_node)
     return pl
+
+
+def with_nccl_env(cluster: ClusterSpec, nccl_algo: str | None = None, nccl_proto: str | None = None) -> ClusterSpec:
+    """``cluster`` with a job's NCCL_ALGO / NCCL_PROTO (``--nccl-algo``, ``--nccl-proto``) over its file's
+    ``nccl_env``; each checked as NCCL parses it (SpecError naming the option)."""
+    if nccl_algo is None and nccl_proto is None:
+        return cluster
+    env = cluster.nccl_env or NcclEnv()
+    update: dict[str, object] = {}
+    for text, var, field in ((nccl_algo, "NCCL_ALGO", "nccl_algo"), (nccl_proto, "NCCL_PROTO", "nccl_proto")):
+        if text is not None:
+            parse_nccl_list(text, var, field)
+            update[var] = text.strip()
+    env = env.model_copy(update=update)
+    if env.algorithms is not None and not env.algorithms:
+        raise SpecError("nccl_algo", f"{nccl_algo!r} with the cluster's NCCL_NVLS_ENABLE=0 leaves NCCL no algorithm",
+                        "allow Ring or Tree")
+    return cluster.model_copy(update={"nccl_env": env})
 
 
 def _pricer(cluster: ClusterSpec, profile: HardwareProfile | None) -> NetworkPricer:

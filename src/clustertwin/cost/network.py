@@ -43,7 +43,8 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
 A network plugin may leave NCCL fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
 every communicator of the process) on EFA that does not deliver 128-byte lines in order (p4d/p4de; the
 node's ``nic_ordered_128b_delivery: false``); ``NetworkPricer(..., protocols=...)`` takes an explicit
-NCCL_PROTO on top. A job's NCCL_ALGO (``NetworkPricer(..., algorithms=...)``) leaves NCCL the algorithms
+NCCL_PROTO on top. On nodes whose GPUs reach each other over PCIe only, NCCL leaves LL128 off unless
+NCCL_PROTO names it (tuning.cc: LL128 on by default only over NVLink). A job's NCCL_ALGO (``NetworkPricer(..., algorithms=...)``) leaves NCCL the algorithms
 it names, as NCCL applies it: the ring of collectives other than all-reduce always stays (src/graph/tuning.cc
 'Never disable ring for non-allreduce operations'). On two nodes this matters most: a ring sends 2(n-1)/n of
 the buffer over each node's NICs each way, a tree the buffer once, so a run with NCCL_ALGO=Ring (aws-efa-eks's
@@ -286,8 +287,13 @@ class NetworkPricer:
         ``algorithms``: the algorithm families a job's NCCL_ALGO leaves NCCL (names of ALGORITHM_FAMILIES;
         None: all). As NCCL applies it (src/graph/tuning.cc ncclTopoTuneModel: 'Never disable ring for
         non-allreduce operations'), it removes the others from every collective but keeps the ring of
-        collectives other than all-reduce; NCCL_NVLS_ENABLE=0 is the same as leaving nvls out."""
+        collectives other than all-reduce; NCCL_NVLS_ENABLE=0 is the same as leaving nvls out.
+        Where either is None, the cluster's ``nccl_env`` (a cluster file's NCCL_ALGO, NCCL_PROTO,
+        NCCL_NVLS_ENABLE, parsed as NCCL parses them: specs/nccl.py) gives it; its algorithms are NCCL's
+        own (NVLS without NVLS tree, CollNetDirect without CollNetChain)."""
         self.cluster = cluster
+        env = cluster.nccl_env
+        self._algo_field, self._proto_field = "algorithms", "protocols"
         bad = [a for a in (algorithms or ()) if a not in ALGORITHM_FAMILIES]
         if bad or (algorithms is not None and not algorithms):
             raise SpecError("algorithms", f"unknown or empty NCCL algorithm list {list(algorithms or ())!r}",
@@ -295,18 +301,31 @@ class NetworkPricer:
         self.algorithms = None if algorithms is None else tuple(algorithms)
         self._allowed_algos = None if algorithms is None else \
             {ALGORITHMS.index(a) for fam in algorithms for a in ALGORITHM_FAMILIES[fam]}
+        if algorithms is None and env is not None and env.algorithms is not None:
+            self.algorithms = env.algorithms
+            self._allowed_algos = {ALGORITHMS.index(a) for a in env.algorithms}
+            self._algo_field = "NCCL_ALGO"
+        if protocols is None and env is not None and env.protocols is not None:
+            protocols = env.protocols
+            self._proto_field = "NCCL_PROTO"
         unknown = [p for p in (protocols or ()) if p not in PROTOCOLS]
         if unknown or (protocols is not None and not protocols):
             raise SpecError("protocols", f"unknown or empty NCCL protocol list {list(protocols or ())!r}",
                             f"name one or more of {', '.join(PROTOCOLS)}")
         node = cluster.node
         allowed = tuple(PROTOCOLS) if protocols is None else tuple(protocols)
+        if protocols is None and node.scaleup_fabric == "pcie" and node.gpu.vendor.lower() != "amd":
+            # NCCL leaves LL128 off unless NCCL_PROTO names it where GPUs reach each other over PCIe only:
+            # LL128 is on by default only where the intra-node path is NVLink (src/graph/tuning.cc
+            # ncclTopoTuneModel: 'Enable LL128 by default only on Volta/Ampere/Hopper/Blackwell+NVLink. Other
+            # cases are not tested and may cause silent data corruption', pEnable &= typeIntra <= PATH_NVB)
+            allowed = tuple(p for p in allowed if p != "ll128")
         if not node.nic_ordered_128b_delivery:
             # the plugin sets NCCL_PROTO=simple when it initialises, for every communicator of the process
             allowed = tuple(p for p in allowed if p == "simple")
             if not allowed:
-                raise SpecError("protocols", f"{list(protocols or ())!r} leaves no protocol on NICs without ordered "
-                                "128-byte delivery (NCCL runs Simple only there)", "include simple")
+                raise SpecError(self._proto_field, f"{list(protocols or ())!r} leaves no protocol on NICs without "
+                                "ordered 128-byte delivery (NCCL runs Simple only there)", "include simple")
         self.protocols = allowed
         self.G = node.gpus_per_node
         self.nvlink = node.gpu_scaleup_bandwidth * profile.nvlink_efficiency
@@ -437,9 +456,9 @@ class NetworkPricer:
                 keep = self._allowed_algos | ({_RING} if kind != "all_reduce" else set())
                 rows = [r for r in rows if int(r[_ALG_COL]) in keep]
                 if not rows:
-                    raise SpecError("algorithms", f"NCCL_ALGO={','.join(self.algorithms or ())} leaves NCCL no "
+                    raise SpecError(self._algo_field, f"NCCL_ALGO={','.join(self.algorithms or ())} leaves NCCL no "
                                     f"algorithm for {kind} on {pl.size} GPUs over {pl.nodes} node(s) (NCCL fails: "
-                                    "'no algorithm/protocol available')", "add ring to the algorithms")
+                                    "'no algorithm/protocol available')", "add Ring to NCCL_ALGO")
             got = self._options[key] = np.array(rows, dtype=float).reshape(-1, _COLS)
         return got
 

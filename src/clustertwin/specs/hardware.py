@@ -19,6 +19,7 @@ from ..constants import value
 from ..errors import SpecError, UnitError
 from ..units import Kind, format_si, has_unit, parse_quantity
 from .model import Frozen
+from .nccl import NcclEnv
 
 Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]
 DTYPES: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
@@ -250,6 +251,9 @@ class ClusterSpec(Frozen):
                                        "wraps around in each dimension")
     in_network_reduction: bool = Field(False, description="switches reduce in the network (InfiniBand SHARP): NCCL "
                                        "may run CollNet and multi-node NVLS all-reduce (NCCL_COLLNET_ENABLE=1)")
+    nccl_env: NcclEnv | None = Field(None, description="the NCCL environment of the cluster's jobs that the "
+                                     "collective model honours: NCCL_ALGO, NCCL_PROTO, NCCL_NVLS_ENABLE (as NCCL "
+                                     "reads them; None: NCCL's defaults)")
     intra_node_latency_s: float = Field(value("cluster.intra_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step on NVLink")
     inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-3,
