@@ -120,6 +120,13 @@ def model_from_row(r: dict, notes: list[str] | None = None) -> ModelSpec:
         vocab = _int(r, "vocab")
         if vocab and vocab != m.vocab_size:  # the run's tokenizer, not the published one
             m = m.model_copy(update={"vocab_size": vocab})
+        mtp = _int(r, "mtp_depth")
+        if mtp is not None and mtp < 0:
+            raise DataError("mtp_depth", f"{mtp} is negative", "write 0 (no MTP module) or the modules trained")
+        if mtp is not None and mtp != m.mtp_depth:   # whether the run trained the preset's MTP modules
+            m = m.model_copy(update={"mtp_depth": mtp})
+        elif mtp is None and m.mtp_depth:
+            notes.append(f"mtp_depth unknown: the preset's {m.mtp_depth} (multi-token-prediction modules trained)")
         return m
     arch = (r.get("arch") or "").strip().lower()
     if arch not in _ARCH:

@@ -613,6 +613,35 @@ def embedding_ops(c: LayerContext, vocab: int, learned_positions: bool) -> tuple
     return tuple(fwd), tuple(bwd)
 
 
+def mtp_ops(c: LayerContext, vocab: int, fused_ce: bool, moe: bool, depth: int,
+            stacked: bool = False) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """The multi-token-prediction modules trained beside the model on its last stage (DeepSeek-V3
+    Technical Report, arXiv 2412.19437, Sec. 2.2, Fig. 3; D = ``depth`` modules, V3: 1). Each module k:
+    the shared embedding looked up for the tokens k positions ahead, RMSNorm of it and of the previous
+    depth's hidden state, their concatenation projected 2h -> h (M_k), one transformer block (the
+    layer type of the model's next layer, ``moe``: V3's MTP block is an MoE layer) and the shared output
+    head with its cross-entropy run again. The projection is priced column-parallel over tp (its
+    output's tp exchange is left out: one h-wide tensor per module). ``stacked``: ``c`` holds arrays of
+    many shape classes (the cached builders' undecorated functions are called)."""
+    if depth <= 0:
+        return (), ()
+    lay = layer_ops.__wrapped__ if stacked else layer_ops
+    emb = embedding_ops.__wrapped__ if stacked else embedding_ops
+    head = head_ops.__wrapped__ if stacked else head_ops
+    a, T, h = c.act_bytes, c.tokens, c.hidden
+    e_f, e_b = emb(c, vocab, False)
+    nh, nhb = _norm(c, "mtp.norm_hidden", "head")
+    ne, neb = _norm(c, "mtp.norm_embedding", "head")
+    cat = elementwise("mtp.concat", T * 2 * h * a * 2, FWD, "head")          # torch.cat: read both, write
+    cat_b = elementwise("mtp.concat.bwd", T * 2 * h * a * 2, BWD, "head")    # the split of its gradient
+    proj = gemm("mtp.proj", T, h // c.tp, 2 * h, c.gemm_dtype, a, 1, FWD, "head")
+    l_f, l_b, _ = lay(c, moe)
+    h_f, h_b = head(c, vocab, fused_ce)
+    fwd = (*e_f, nh, ne, cat, proj, *l_f, *h_f)
+    bwd = (*h_b, *l_b, *gemm_backward(proj), cat_b, neb, nhb, *e_b)
+    return fwd * depth, bwd * depth
+
+
 @lru_cache(maxsize=1024)
 def head_ops(c: LayerContext, vocab: int, fused_ce: bool) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """Final norm, output projection over a vocab-parallel head, cross-entropy in fp32."""
