@@ -49,7 +49,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
-               "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm")
+               "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm",
+               "fp8_recipe")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
@@ -350,7 +351,8 @@ class BatchPricer:
                                moe_routing=f.get("moe_routing", "uniform"),
                                moe_placement=f.get("moe_placement", "sequential"),
                                moe_capacity_factor=f.get("moe_capacity_factor"),
-                               moe_pad_to_capacity=f.get("moe_pad_to_capacity", False))
+                               moe_pad_to_capacity=f.get("moe_pad_to_capacity", False),
+                               fp8_recipe=f.get("fp8_recipe"))
 
     def context_id(self, tp: int, cp: int, mb: int, sp: bool, ep: int) -> int:
         key = (tp, cp, mb, sp, ep)

@@ -297,6 +297,11 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
             fields["moe_capacity_factor"] = float(capacity)
         except ValueError:
             raise DataError("moe_capacity_factor", f"cannot read {capacity!r}", "write a number, e.g. 1.0") from None
+    recipe = (r.get("fp8_recipe") or "").strip().lower()
+    if recipe:
+        fields["fp8_recipe"] = recipe
+    elif prec == "fp8":
+        notes.append("fp8_recipe unknown: delayed scaling (Transformer Engine's and Megatron-LM's default)")
     pad = _bool(r, "moe_pad_to_capacity")
     if pad is not None:
         fields["moe_pad_to_capacity"] = pad

@@ -135,6 +135,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         moe_dispatcher=(getattr(plan, "moe_dispatcher", None) or "alltoall") if model.is_moe else "alltoall",
         moe_pad_capacity=_pad_capacity(model, plan),
         sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring,
+        fp8_recipe=getattr(plan, "fp8_recipe", None) or "delayed",
     )
 
 
