@@ -1000,8 +1000,25 @@ _MOE: list[Constant] = [
              "multi_cast_transpose kernel only for delayed scaling ('Note: Currently only have fused kernel for "
              "FP8 delayed scaling'); every other recipe (MXFP8, FP8 block scaling, per-tensor current scaling) "
              "runs 'Quantize kernels individually', one quantizer->quantize per expert (current scaling: three "
-             "kernels each, amax, scale and cast, quantizer.cpp; counted as one here: the plan names no recipe)",
+             "kernels each, amax, scale and cast, quantizer.cpp: fp8.current_scaling_kernels_per_quantize)",
              "host time of the FP8 cast of a routed experts' GEMM input: one Python call plus this per local expert"),
+    Constant("fp8.current_scaling_kernels_per_quantize", 3, "kernels",
+             "Transformer Engine v2.9 pytorch/csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize: "
+             "nvte_compute_amax (reads the 16-bit input), the amax all-reduce where a group is set, "
+             "nvte_compute_scale_from_amax, then nvte_quantize (the cast-transpose); a DelayedScaling quantize is "
+             "one kernel (cast-transpose with the amax of the next step fused, scale from the history), as are "
+             "MXFP8 and FP8 block-scaling quantizes (their scales are computed inside the cast kernel)",
+             "FP8 current scaling: kernels of one input quantize (1 under the other recipes)"),
+    Constant("fp8.current_scaling_amax_read_bytes_per_element", 2, "bytes/element",
+             "Float8CurrentScalingQuantizer::quantize (TE v2.9 quantizer.cpp): nvte_compute_amax reads the "
+             "16-bit input once before the cast reads it again",
+             "FP8 current scaling: the extra HBM read of each quantized input"),
+    Constant("host.cpp_kernel_launch_s", 5e-6, "s",
+             "assumed, as moe.expert_gemm_launch_host_s: one kernel launch from C++ (no Python, no autograd): a few "
+             "us (NVIDIA, 'Getting Started with CUDA Graphs', 2019: a few us of launch overhead per kernel); "
+             "not measured here",
+             "host time of each kernel beyond the first that one C++ extension call launches (FP8 current "
+             "scaling's amax and scale kernels)"),
     Constant("moe.expert_python_host_s", 7e-6, "s",
              "derived: one aten-call equivalent (" + _ATEN_OP + ") per expert for the Python loops over the "
              "experts in Transformer Engine v2.9 module/grouped_linear.py: in an FP8 forward "

@@ -41,6 +41,7 @@ _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
 _EXPERT_QUANTIZE_HOST = value("moe.expert_quantize_launch_host_s")   # one expert's FP8 input quantize launch
 _EXPERT_PY_HOST = value("moe.expert_python_host_s")    # TE grouped linear's Python per expert (FP8 fwd, wgrad)
+_CPP_LAUNCH_HOST = value("host.cpp_kernel_launch_s")     # a kernel launched from C++ after the call's first
 # torch SDPA's flash backend (PyTorch's build of FlashAttention-2) against Dao-AILab's build
 _SDPA_FA2_FWD, _SDPA_FA2_BWD = (value("attention.torch_sdpa_flash_forward_factor"),
                                 value("attention.torch_sdpa_flash_backward_factor"))
@@ -336,9 +337,12 @@ class ComputePricer:
             python = self._te_grouped and (op.name.endswith(".wgrad") or (op.dtype == "fp8" and op.phase != Phase.BWD))
             return per_kernel * op.kernels + (_EXPERT_LAUNCH_HOST + (_EXPERT_PY_HOST if python else 0.0)) * experts
         if self._te_grouped and is_expert_cast(op) and op.extra and "experts" in op.extra:   # split_quantize
-            return per_kernel + _EXPERT_QUANTIZE_HOST * op.extra["experts"]
+            # one quantize per expert, each of op.kernels launches (FP8 current scaling: amax, scale, cast)
+            return per_kernel + _EXPERT_QUANTIZE_HOST * op.extra["experts"] * op.kernels
         if op.extra and op.extra.get("host_sync"):   # the read-back the host waits for (host_idle)
             return per_kernel * op.kernels + _DTOH_SYNC
+        if op.name.endswith(".fp8_cast"):   # one quantize call from Python; its other kernels launched from C++
+            return per_kernel + _CPP_LAUNCH_HOST * (op.kernels - 1)
         return per_kernel * op.kernels
 
     def _launch_bound(self, t, kernels: int):

@@ -39,7 +39,7 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_un
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
-from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, stack_contexts, stack_key
+from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, mtp_ops, stack_contexts, stack_key
 from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
 from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
                    compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, pass_walls, runs_dualpipe,
@@ -49,7 +49,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
-               "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm")
+               "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm",
+               "fp8_recipe")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
@@ -350,7 +351,8 @@ class BatchPricer:
                                moe_routing=f.get("moe_routing", "uniform"),
                                moe_placement=f.get("moe_placement", "sequential"),
                                moe_capacity_factor=f.get("moe_capacity_factor"),
-                               moe_pad_to_capacity=f.get("moe_pad_to_capacity", False))
+                               moe_pad_to_capacity=f.get("moe_pad_to_capacity", False),
+                               fp8_recipe=f.get("fp8_recipe"))
 
     def context_id(self, tp: int, cp: int, mb: int, sp: bool, ep: int) -> int:
         key = (tp, cp, mb, sp, ep)
@@ -502,13 +504,21 @@ class BatchPricer:
         n = pricer.n if stacked else 0
         out = np.zeros((n, len(_BLOCKS), len(_FIELDS)) if stacked else (len(_BLOCKS), len(_FIELDS)))
 
+        def _with_mtp(head, c, stacked: bool):
+            """The head's ops and the MTP modules after it (as build_graph puts them on the last stage)."""
+            if not m.mtp_depth:
+                return head
+            f, b = mtp_ops(c, m.vocab_size, self.fw.fused_cross_entropy, m.is_moe_layer(m.num_layers),
+                           m.mtp_depth, stacked)
+            return (*head[0], *f), (*b, *head[1])
+
         def ops_of(what: str, moe: bool = False):
             if not stacked:
                 if what == "layer":
                     return layer_ops(c, moe)
                 if what == "embedding":
                     return embedding_ops(c, m.vocab_size, m.positions == "learned")
-                return head_ops(c, m.vocab_size, self.fw.fused_cross_entropy)
+                return _with_mtp(head_ops(c, m.vocab_size, self.fw.fused_cross_entropy), c, False)
             key = (what, moe)
             if key not in made:
                 if what == "layer":
@@ -516,7 +526,8 @@ class BatchPricer:
                 elif what == "embedding":
                     made[key] = embedding_ops.__wrapped__(c, m.vocab_size, m.positions == "learned")
                 else:
-                    made[key] = head_ops.__wrapped__(c, m.vocab_size, self.fw.fused_cross_entropy)
+                    made[key] = _with_mtp(head_ops.__wrapped__(c, m.vocab_size, self.fw.fused_cross_entropy), c,
+                                          True)
             return made[key]
 
         for b, name in enumerate(_BLOCKS):

@@ -276,6 +276,9 @@ def _deepseek(data: dict) -> dict:
     groups = _int(data, "n_group", default=0, minimum=0)
     if groups > 1:  # group-limited routing (DeepSeek-V3: 8 groups, top 4)
         out.update(moe_expert_groups=groups, moe_topk_groups=_int(data, "topk_group", default=groups))
+    mtp = _int(data, "num_nextn_predict_layers", default=0, minimum=0)
+    if mtp:   # DeepSeek-V3's multi-token-prediction modules (modeling_deepseek: the layers after num_hidden_layers)
+        out["mtp_depth"] = mtp
     return out
 
 
@@ -355,7 +358,7 @@ _KEYS = {
     "num_kv_heads": "num_key_value_heads", "head_dim": "head_dim", "ffn_hidden_size": "intermediate_size",
     "vocab_size": "vocab_size", "max_seq_len": "max_position_embeddings", "moe_top_k": "num_experts_per_tok",
     "moe_ffn_hidden_size": "moe_intermediate_size", "moe_first_dense_layers": "first_k_dense_replace",
-    "moe_expert_groups": "n_group", "moe_topk_groups": "topk_group",
+    "moe_expert_groups": "n_group", "moe_topk_groups": "topk_group", "mtp_depth": "num_nextn_predict_layers",
 }
 _GPT2_KEYS = {
     "num_layers": "n_layer", "hidden_size": "n_embd", "num_heads": "n_head", "ffn_hidden_size": "n_inner",

@@ -74,6 +74,10 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int,
     if gb is None:   # a fixed number of tokens, whatever the plan (rounded to what the plan divides)
         gb = default_global_batch(seq_len, dp * plan.micro_batch * (plan.pp if plan.vpp > 1 else 1))
     resolved = ResolvedPlan.of(plan, dp, gb)
+    # Megatron-LM: --fp8-recipe only takes effect with --fp8-format (arguments.py); refuse, not ignore
+    if resolved.fp8_recipe is not None and resolved.precision != "fp8":
+        raise PlanError("plan.fp8_recipe", f"an FP8 recipe with precision {resolved.precision}",
+                        "set precision fp8, or drop fp8_recipe")
     check_rules(JobFacts.of(model, cluster, seq_len, fw), PlanFacts.of(resolved))
     return resolved
 

@@ -90,6 +90,9 @@ class ModelSpec(Frozen):
                                    "(DeepSeek-V3 n_group 8); 0 = no groups")
     moe_topk_groups: int = Field(0, ge=0, description="groups a token's experts may come from (DeepSeek-V3 "
                                  "topk_group 4: with one group per node, at most 4 nodes per token)")
+    mtp_depth: int = Field(0, ge=0, le=16, description="multi-token-prediction modules trained beside the model "
+                           "(DeepSeek-V3 Sec. 2.2: D = 1), each one more transformer block, an h x 2h projection "
+                           "and the shared output head run again on the last stage; not in the parameter counts")
 
     @model_validator(mode="after")
     def _check(self) -> "ModelSpec":

@@ -69,6 +69,12 @@ class Plan(Frozen):
                           "(FlashAttention-2, PyTorch SDPA's own flash kernel) or unfused (bmm + fused softmax); "
                           "None = framework default")
     precision: Precision = "bf16"
+    fp8_recipe: Literal["delayed", "current", "mxfp8", "blockwise"] | None = Field(
+        None, description="FP8 scaling recipe (Transformer Engine): delayed (DelayedScaling, TE's and Megatron-LM's "
+                          "--fp8-recipe default: one fused cast-transpose-amax kernel per quantize), current "
+                          "(Float8CurrentScaling: amax, scale and cast, three kernels and one more read), mxfp8 "
+                          "(Blackwell 1x32 block scales) or blockwise (1x128/128x128 scales); None = delayed; "
+                          "only with precision fp8")
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="dtype of the gradient buffers and their DP reduction (Megatron-LM: fp32 with bf16 "
                           "training; NeMo's performance recipes: bf16); None = framework default")
@@ -264,7 +270,8 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             fields.update(_overlaps(value, field))
             continue
         key = _ALIASES.get(key.lower(), key.lower())
-        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "pp_schedule"):
+        if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "pp_schedule",
+                   "fp8_recipe"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",
@@ -354,7 +361,7 @@ def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
     if "global_batch" in fields:
         raise PlanError("fix.global_batch", "the global batch is part of the job, not of the plan searched",
                         "give it with --global-batch")
-    extra = set(fields) - set(FIXABLE) - {"precision"}
+    extra = set(fields) - set(FIXABLE) - {"precision", "fp8_recipe"}
     if extra:
         raise PlanError(f"fix.{sorted(extra)[0]}", "cannot be held fixed", f"fix one of {', '.join(FIXABLE)}")
     return fields

@@ -120,6 +120,13 @@ def model_from_row(r: dict, notes: list[str] | None = None) -> ModelSpec:
         vocab = _int(r, "vocab")
         if vocab and vocab != m.vocab_size:  # the run's tokenizer, not the published one
             m = m.model_copy(update={"vocab_size": vocab})
+        mtp = _int(r, "mtp_depth")
+        if mtp is not None and mtp < 0:
+            raise DataError("mtp_depth", f"{mtp} is negative", "write 0 (no MTP module) or the modules trained")
+        if mtp is not None and mtp != m.mtp_depth:   # whether the run trained the preset's MTP modules
+            m = m.model_copy(update={"mtp_depth": mtp})
+        elif mtp is None and m.mtp_depth:
+            notes.append(f"mtp_depth unknown: the preset's {m.mtp_depth} (multi-token-prediction modules trained)")
         return m
     arch = (r.get("arch") or "").strip().lower()
     if arch not in _ARCH:
@@ -290,6 +297,11 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
             fields["moe_capacity_factor"] = float(capacity)
         except ValueError:
             raise DataError("moe_capacity_factor", f"cannot read {capacity!r}", "write a number, e.g. 1.0") from None
+    recipe = (r.get("fp8_recipe") or "").strip().lower()
+    if recipe:
+        fields["fp8_recipe"] = recipe
+    elif prec == "fp8":
+        notes.append("fp8_recipe unknown: delayed scaling (Transformer Engine's and Megatron-LM's default)")
     pad = _bool(r, "moe_pad_to_capacity")
     if pad is not None:
         fields["moe_pad_to_capacity"] = pad

@@ -15,7 +15,7 @@ from ..specs.model import ModelSpec
 from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
 from .moe import load_factor
-from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, op_sac_recompute
+from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, mtp_ops, op_sac_recompute
 from ..constants import value
 
 # torch's own memory passes as torchtitan runs them (constants fsdp2.*, optimizer.torch_*)
@@ -135,6 +135,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         moe_dispatcher=(getattr(plan, "moe_dispatcher", None) or "alltoall") if model.is_moe else "alltoall",
         moe_pad_capacity=_pad_capacity(model, plan),
         sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring,
+        fp8_recipe=getattr(plan, "fp8_recipe", None) or "delayed",
     )
 
 
@@ -248,6 +249,10 @@ def stage_params(model: ModelSpec, plan: Plan, layer_ids: list[int], first: bool
         if not model.tied_embeddings or plan.pp > 1:
             emb_p += model.vocab_size * model.hidden_size / plan.tp
         dense_p += model.norm_params
+        for _ in range(model.mtp_depth):   # the MTP modules (DeepSeek-V3 Sec. 2.2): a block, M_k, 3 norms
+            d, e = layer_params_per_rank(model, model.num_layers, plan)
+            dense_p += d + 2 * model.hidden_size * model.hidden_size / plan.tp + 3 * model.norm_params
+            expert_p += e
     return StageParams(dense_p, expert_p, emb_p)
 
 
@@ -289,6 +294,10 @@ def _build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = No
     moe_f, moe_b, moe_core = layer_ops(ctx, True) if model.is_moe else ((), (), ())
     emb_f, emb_b = embedding_ops(ctx, model.vocab_size, model.positions == "learned")
     head_f, head_b = head_ops(ctx, model.vocab_size, fw.fused_cross_entropy)
+    if model.mtp_depth:   # the multi-token-prediction modules run after the output head, on its stage
+        mtp_f, mtp_b = mtp_ops(ctx, model.vocab_size, fw.fused_cross_entropy, model.is_moe_layer(model.num_layers),
+                               model.mtp_depth)
+        head_f, head_b = (*head_f, *mtp_f), (*mtp_b, *head_b)
     p2p_bytes = pipeline_message_bytes(ctx, model)
 
     stages = []

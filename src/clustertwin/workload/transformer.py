@@ -37,6 +37,8 @@ _CP_MERGE_KERNELS = int(value("cp.torch_merge_kernels_per_step"))
 _CP_ACC_KERNELS = int(value("cp.torch_grad_accum_kernels_per_step"))
 _ROUTER_KERNELS_FWD = value("moe.router_kernels_forward")   # router, aux loss and dispatcher preprocess
 _ROUTER_KERNELS_BWD = value("moe.router_kernels_backward")
+_CS_KERNELS = value("fp8.current_scaling_kernels_per_quantize")    # amax, scale, cast (current scaling)
+_CS_AMAX_READ = value("fp8.current_scaling_amax_read_bytes_per_element")
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class LayerContext:
     loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
     sp_keeps_gathered: bool = False  # with SP, the column-parallel GEMMs save their all-gathered input (DTensor)
     cp_ring: str = ""       # "" (Megatron / Transformer Engine ring) | "torch" (torch's experimental ring, _torch_ring_ops)
+    fp8_recipe: str = "delayed"  # delayed | current | mxfp8 | blockwise: what one FP8 input quantize runs
 
     @property
     def moe_tokens(self) -> int:
@@ -532,7 +535,7 @@ def layer_ops(c: LayerContext, moe: bool) -> tuple[tuple[Op, ...], tuple[Op, ...
         bwd_rev.append([*r2_b, *x2_b, *m_b, *e2_b, n2b])
     bwd = [op for section in reversed(bwd_rev) for op in section]
     if c.gemm_dtype == "fp8":
-        fwd, bwd = _with_fp8_casts(fwd), _with_fp8_casts(bwd)
+        fwd, bwd = _with_fp8_casts(fwd, c.fp8_recipe), _with_fp8_casts(bwd, c.fp8_recipe)
     return tuple(fwd), tuple(bwd), tuple(core_rc)
 
 
@@ -565,16 +568,22 @@ def op_sac_recompute(c: LayerContext, fwd: tuple[Op, ...]) -> tuple[Op, ...]:
     return tuple(out)
 
 
-def _with_fp8_casts(ops: list[Op]) -> list[Op]:
+def _with_fp8_casts(ops: list[Op], recipe: str = "delayed") -> list[Op]:
     """FP8 GEMMs (Transformer Engine) need their A operand quantized, in both the row-wise and the
     transposed layout Hopper's FP8 tensor cores require: one cast-transpose kernel per GEMM input
     (forward activations, backward output gradients) reading 16-bit and writing two 8-bit copies.
-    Weight-gradient GEMMs reuse those copies; weights are cast once per iteration (not here)."""
+    Weight-gradient GEMMs reuse those copies; weights are cast once per iteration (not here).
+    Current scaling (``recipe`` "current") first reads the input for its amax and computes the scale:
+    three kernels and one more read per quantize (``fp8.current_scaling_*``); delayed scaling, MXFP8
+    and block scaling quantize in the one kernel."""
+    current = recipe == "current"
+    kernels = int(_CS_KERNELS) if current else 1
+    per_elem = 4 + (_CS_AMAX_READ if current else 0)
     out: list[Op] = []
     for op in ops:
         if op.kind == OpKind.GEMM and op.dtype == "fp8" and not op.name.endswith(".wgrad"):
             batch, m, _, k = op.shape
-            cast = elementwise(op.name + ".fp8_cast", batch * m * k * 4, op.phase, op.layer)
+            cast = elementwise(op.name + ".fp8_cast", batch * m * k * per_elem, op.phase, op.layer, kernels=kernels)
             if op.name.startswith("moe.expert."):
                 # routed experts: Transformer Engine's split_quantize quantizes each expert's rows apart
                 # (one kernel per expert, constants moe.expert_quantize_launch_host_s)
@@ -611,6 +620,35 @@ def embedding_ops(c: LayerContext, vocab: int, learned_positions: bool) -> tuple
         if c.sp:
             bwd.insert(0, collective("embedding.tp.bwd", "all_gather", "tp", size, BWD, layer="embedding"))
     return tuple(fwd), tuple(bwd)
+
+
+def mtp_ops(c: LayerContext, vocab: int, fused_ce: bool, moe: bool, depth: int,
+            stacked: bool = False) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
+    """The multi-token-prediction modules trained beside the model on its last stage (DeepSeek-V3
+    Technical Report, arXiv 2412.19437, Sec. 2.2, Fig. 3; D = ``depth`` modules, V3: 1). Each module k:
+    the shared embedding looked up for the tokens k positions ahead, RMSNorm of it and of the previous
+    depth's hidden state, their concatenation projected 2h -> h (M_k), one transformer block (the
+    layer type of the model's next layer, ``moe``: V3's MTP block is an MoE layer) and the shared output
+    head with its cross-entropy run again. The projection is priced column-parallel over tp (its
+    output's tp exchange is left out: one h-wide tensor per module). ``stacked``: ``c`` holds arrays of
+    many shape classes (the cached builders' undecorated functions are called)."""
+    if depth <= 0:
+        return (), ()
+    lay = layer_ops.__wrapped__ if stacked else layer_ops
+    emb = embedding_ops.__wrapped__ if stacked else embedding_ops
+    head = head_ops.__wrapped__ if stacked else head_ops
+    a, T, h = c.act_bytes, c.tokens, c.hidden
+    e_f, e_b = emb(c, vocab, False)
+    nh, nhb = _norm(c, "mtp.norm_hidden", "head")
+    ne, neb = _norm(c, "mtp.norm_embedding", "head")
+    cat = elementwise("mtp.concat", T * 2 * h * a * 2, FWD, "head")          # torch.cat: read both, write
+    cat_b = elementwise("mtp.concat.bwd", T * 2 * h * a * 2, BWD, "head")    # the split of its gradient
+    proj = gemm("mtp.proj", T, h // c.tp, 2 * h, c.gemm_dtype, a, 1, FWD, "head")
+    l_f, l_b, _ = lay(c, moe)
+    h_f, h_b = head(c, vocab, fused_ce)
+    fwd = (*e_f, nh, ne, cat, proj, *l_f, *h_f)
+    bwd = (*h_b, *l_b, *gemm_backward(proj), cat_b, neb, nhb, *e_b)
+    return fwd * depth, bwd * depth
 
 
 @lru_cache(maxsize=1024)
