@@ -503,8 +503,45 @@ def test_moe_and_mla_layers_launch_more_kernels_than_dense():
     kc = group("serve.kernels.vllm")
     p = StepPricer(setup(model="deepseek-v3", gpu="h200", n=8, tp=8, precision="fp8"))
     m = p.s.model
-    per_layer = kc["dense_layer"] + kc["tp_layer"] + kc["mla_layer"] + kc["fp8_layer"]
-    assert p.kernels == m.num_layers * per_layer + m.num_moe_layers * kc["moe_layer"] + kc["per_step"]
+    per_layer = (kc["dense_layer"] + kc["tp_layer"] + kc["mla_layer"] + kc["mla_rope"] + kc["mla_glue"])
+    # FP8 input quantizations: q_a, q_b, kv_a, o plus the dense MLP's two or the MoE layer's shared expert's
+    # and experts' four (kv_b runs as the absorbed batched GEMMs)
+    dense = m.num_layers - m.num_moe_layers
+    fp8 = kc["fp8_per_gemm"] * (dense * 6 + m.num_moe_layers * 8)
+    moe = kc["moe_layer"] + kc["grouped_topk"] + kc["shared_expert"]
+    assert p.kernels == m.num_layers * per_layer + m.num_moe_layers * moe + fp8 + kc["per_step"]
+
+
+def test_fp8_quantization_kernels_one_per_fp8_gemm():
+    """A Llama layer quantizes the inputs of qkv, o, gate_up and down (4); an FFN-only recipe those of its
+    MLP alone (2); 16-bit weights none; TensorRT-LLM folds them into its other kernels."""
+    from clustertwin.constants import group
+    kc = group("serve.kernels.vllm")
+    bf16 = StepPricer(setup(engine=get_engine("vllm")))
+    fp8 = StepPricer(setup(engine=get_engine("vllm"), precision="fp8"))
+    ffn = StepPricer(setup(engine=get_engine("vllm"), precision="fp8-ffn"))
+    assert fp8.kernels - bf16.kernels == 32 * 4 * kc["fp8_per_gemm"]
+    assert ffn.kernels - bf16.kernels == 32 * 2 * kc["fp8_per_gemm"]
+    t16 = StepPricer(setup(engine=get_engine("trtllm")))
+    t8 = StepPricer(setup(engine=get_engine("trtllm"), precision="fp8"))
+    assert t8.kernels == t16.kernels
+
+
+def test_deepseek_layers_launch_the_engines_counted_extras():
+    """SGLang's FP8 MLA layer on an NVIDIA GPU adds the per-tensor quantizations of its two absorbed batched
+    GEMMs; on an AMD GPU the weights' per-step dequantization instead; vLLM neither (its absorbed weights
+    run as block-FP8 linears). TensorRT-LLM's DeepSeek path is not counted here (no extras)."""
+    from clustertwin.constants import group
+    ks = group("serve.kernels.sglang")
+    m_layers = 61
+
+    def kernels(engine: str, gpu: str, precision: str = "fp8") -> int:
+        return StepPricer(setup(model="deepseek-v3", gpu=gpu, n=8, tp=8, precision=precision,
+                                engine=get_engine(engine))).kernels
+    assert kernels("sglang", "h200") - kernels("sglang", "mi300x") == m_layers * (
+        ks["mla_bmm_quant"] - ks["mla_bmm_dequant_rocm"])
+    assert kernels("vllm", "h200") == kernels("vllm", "mi300x")
+    assert kernels("sglang", "h200") > kernels("vllm", "h200") > kernels("trtllm", "h200")
 
 
 def test_split_kv_combine_kernel_only_on_small_decode_batches():
