@@ -619,6 +619,33 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0] == get_engine("sglang")
 
 
+def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
+    """vLLM V0 without chunked prefill (an MLA model below 0.8) schedules max(max_model_len, 2048) tokens a
+    step when the run's --max-model-len is known; V1, chunked runs and an unknown length keep the profile's."""
+    from clustertwin.serve.engines import engine_for_version
+    vllm = get_engine("vllm")
+    e, notes = engine_for_version(vllm, "0.7.3", mla=True, max_model_len=32768)
+    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 3
+    assert engine_for_version(vllm, "0.7.3", mla=True, max_model_len=1024)[0].max_num_batched_tokens == 2048
+    assert engine_for_version(vllm, "0.7.3", mla=True)[0].max_num_batched_tokens == vllm.max_num_batched_tokens
+    assert engine_for_version(vllm, "0.7.3", mla=False, max_model_len=32768)[0].max_num_batched_tokens == \
+        vllm.max_num_batched_tokens                                          # chunked: not this rule
+    assert engine_for_version(vllm, "0.8.0", mla=True, max_model_len=32768)[0] == vllm
+
+
+def test_max_model_len_flag_of_a_row_reaches_the_engine() -> None:
+    from clustertwin.serve.run import build_setup
+    from clustertwin.validate.serving import request_of
+    import csv
+    path = Path(__file__).resolve().parents[1] / "data" / "validation" / "serving_runs.csv"
+    with path.open(encoding="utf-8") as f:
+        row = next(r for r in csv.DictReader(f) if r["run_id"] == "dstack-dsr1-vllm-mi300x-tp8-c128-3200-800")
+    assert "--max-model-len 32768" in row["notes"]
+    q = request_of(row, [])
+    assert q.max_model_len == 32768
+    assert build_setup(q)[0].engine.max_num_batched_tokens == 32768
+
+
 def test_which_engines_run_decodes_in_a_prefill_step() -> None:
     assert get_engine("sglang").prefill_stalls_decode                     # prefill batches run alone
     assert not get_engine("trtllm").prefill_stalls_decode                # in-flight batching mixes them

@@ -1178,6 +1178,11 @@ _SERVE_KERNELS = [
              "(memory-bound: no fill or drain term), in place of host.kernel_gap_s; compute-bound GEMMs keep "
              "their fill/drain (profile gemm_fixed_s) and the gap; NVIDIA GPUs only (measured on H100, the "
              "post also runs B200): AMD GPUs keep host.kernel_gap_s, no ROCm measurement at hand"),
+    Constant("serve.vllm_v0_min_batched_tokens", 2048, "tokens",
+             "vLLM V0 SchedulerConfig.__post_init__ (vllm/config.py, read at v0.7.3): without chunked prefill "
+             "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "
+             "as the default value for higher throughput'); with chunked prefill 2048 at v0.7.3 (512 at v0.6.3)",
+             "serving: the token budget of a vLLM V0 step without chunked prefill (--max-model-len known)"),
     Constant("serve.attn_split_fill", 0.8, "fraction",
              "flash-attention csrc flash_api.cpp num_splits_heuristic: one split once batch x heads x "
              "m-blocks reach 80% of the SMs",
