@@ -503,8 +503,45 @@ def test_moe_and_mla_layers_launch_more_kernels_than_dense():
     kc = group("serve.kernels.vllm")
     p = StepPricer(setup(model="deepseek-v3", gpu="h200", n=8, tp=8, precision="fp8"))
     m = p.s.model
-    per_layer = kc["dense_layer"] + kc["tp_layer"] + kc["mla_layer"] + kc["fp8_layer"]
-    assert p.kernels == m.num_layers * per_layer + m.num_moe_layers * kc["moe_layer"] + kc["per_step"]
+    per_layer = (kc["dense_layer"] + kc["tp_layer"] + kc["mla_layer"] + kc["mla_rope"] + kc["mla_glue"])
+    # FP8 input quantizations: q_a, q_b, kv_a, o plus the dense MLP's two or the MoE layer's shared expert's
+    # and experts' four (kv_b runs as the absorbed batched GEMMs)
+    dense = m.num_layers - m.num_moe_layers
+    fp8 = kc["fp8_per_gemm"] * (dense * 6 + m.num_moe_layers * 8)
+    moe = kc["moe_layer"] + kc["grouped_topk"] + kc["shared_expert"]
+    assert p.kernels == m.num_layers * per_layer + m.num_moe_layers * moe + fp8 + kc["per_step"]
+
+
+def test_fp8_quantization_kernels_one_per_fp8_gemm():
+    """A Llama layer quantizes the inputs of qkv, o, gate_up and down (4); an FFN-only recipe those of its
+    MLP alone (2); 16-bit weights none; TensorRT-LLM folds them into its other kernels."""
+    from clustertwin.constants import group
+    kc = group("serve.kernels.vllm")
+    bf16 = StepPricer(setup(engine=get_engine("vllm")))
+    fp8 = StepPricer(setup(engine=get_engine("vllm"), precision="fp8"))
+    ffn = StepPricer(setup(engine=get_engine("vllm"), precision="fp8-ffn"))
+    assert fp8.kernels - bf16.kernels == 32 * 4 * kc["fp8_per_gemm"]
+    assert ffn.kernels - bf16.kernels == 32 * 2 * kc["fp8_per_gemm"]
+    t16 = StepPricer(setup(engine=get_engine("trtllm")))
+    t8 = StepPricer(setup(engine=get_engine("trtllm"), precision="fp8"))
+    assert t8.kernels == t16.kernels
+
+
+def test_deepseek_layers_launch_the_engines_counted_extras():
+    """SGLang's FP8 MLA layer on an NVIDIA GPU adds the per-tensor quantizations of its two absorbed batched
+    GEMMs; on an AMD GPU the weights' per-step dequantization instead; vLLM neither (its absorbed weights
+    run as block-FP8 linears). TensorRT-LLM's DeepSeek path is not counted here (no extras)."""
+    from clustertwin.constants import group
+    ks = group("serve.kernels.sglang")
+    m_layers = 61
+
+    def kernels(engine: str, gpu: str, precision: str = "fp8") -> int:
+        return StepPricer(setup(model="deepseek-v3", gpu=gpu, n=8, tp=8, precision=precision,
+                                engine=get_engine(engine))).kernels
+    assert kernels("sglang", "h200") - kernels("sglang", "mi300x") == m_layers * (
+        ks["mla_bmm_quant"] - ks["mla_bmm_dequant_rocm"])
+    assert kernels("vllm", "h200") == kernels("vllm", "mi300x")
+    assert kernels("sglang", "h200") > kernels("vllm", "h200") > kernels("trtllm", "h200")
 
 
 def test_split_kv_combine_kernel_only_on_small_decode_batches():
@@ -580,6 +617,33 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
     assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
     assert engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0] == get_engine("sglang")
+
+
+def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
+    """vLLM V0 without chunked prefill (an MLA model below 0.8) schedules max(max_model_len, 2048) tokens a
+    step when the run's --max-model-len is known; V1, chunked runs and an unknown length keep the profile's."""
+    from clustertwin.serve.engines import engine_for_version
+    vllm = get_engine("vllm")
+    e, notes = engine_for_version(vllm, "0.7.3", mla=True, max_model_len=32768)
+    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 3
+    assert engine_for_version(vllm, "0.7.3", mla=True, max_model_len=1024)[0].max_num_batched_tokens == 2048
+    assert engine_for_version(vllm, "0.7.3", mla=True)[0].max_num_batched_tokens == vllm.max_num_batched_tokens
+    assert engine_for_version(vllm, "0.7.3", mla=False, max_model_len=32768)[0].max_num_batched_tokens == \
+        vllm.max_num_batched_tokens                                          # chunked: not this rule
+    assert engine_for_version(vllm, "0.8.0", mla=True, max_model_len=32768)[0] == vllm
+
+
+def test_max_model_len_flag_of_a_row_reaches_the_engine() -> None:
+    from clustertwin.serve.run import build_setup
+    from clustertwin.validate.serving import request_of
+    import csv
+    path = Path(__file__).resolve().parents[1] / "data" / "validation" / "serving_runs.csv"
+    with path.open(encoding="utf-8") as f:
+        row = next(r for r in csv.DictReader(f) if r["run_id"] == "dstack-dsr1-vllm-mi300x-tp8-c128-3200-800")
+    assert "--max-model-len 32768" in row["notes"]
+    q = request_of(row, [])
+    assert q.max_model_len == 32768
+    assert build_setup(q)[0].engine.max_num_batched_tokens == 32768
 
 
 def test_which_engines_run_decodes_in_a_prefill_step() -> None:

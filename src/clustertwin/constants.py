@@ -1096,19 +1096,78 @@ _SERVE_KERNELS = [
                "assumed alike",
                "serving step overhead: kernels an MLA layer adds over a GQA one")
       for e in ("vllm", "sglang", "trtllm")],
-    Constant("serve.kernels.vllm.fp8_layer", 4, "kernels",
-             "vLLM Fp8LinearMethod.apply -> apply_fp8_linear (v0.6-v0.7 "
-             "vllm/model_executor/layers/quantization/utils/w8a8_utils.py): ops.scaled_fp8_quant of the input "
-             "before each of qkv, o, gate_up and down GEMMs",
-             "serving step overhead: kernels an FP8 layer adds (vLLM)"),
-    Constant("serve.kernels.sglang.fp8_layer", 4, "kernels",
-             "SGLang v0.4 imports vLLM's Fp8LinearMethod (apply_fp8_linear: one input quantization per GEMM)",
-             "serving step overhead: kernels an FP8 layer adds (SGLang)"),
-    Constant("serve.kernels.trtllm.fp8_layer", 0, "kernels",
+    Constant("serve.kernels.vllm.fp8_per_gemm", 1, "kernels",
+             "vLLM Fp8LinearMethod.apply (v0.6-v0.7): per-tensor checkpoints quantize the input with "
+             "ops.scaled_fp8_quant before each FP8 GEMM (layers/quantization/utils/w8a8_utils.py "
+             "apply_fp8_linear); block-scaled checkpoints (DeepSeek-V3/R1, weight_block_size [128, 128]) with "
+             "per_token_group_quant_fp8 (apply_w8a8_block_fp8_linear, utils/fp8_utils.py, read at v0.7.3); the "
+             "fused MoE quantizes each of its two expert GEMMs' inputs the same way (fused_moe.py "
+             "invoke_fused_moe_kernel, v0.7.3): one kernel per FP8 GEMM a layer launches (qkv, o, gate_up, down "
+             "of a Llama layer: 4; an MLA MoE layer: q_a, q_b, kv_a, o, the shared expert's two and the "
+             "experts' two: 8)",
+             "serving step overhead: kernels an FP8 layer adds, one per FP8 GEMM (vLLM)"),
+    Constant("serve.kernels.sglang.fp8_per_gemm", 1, "kernels",
+             "SGLang v0.4 Fp8LinearMethod (srt/layers/quantization/fp8.py): apply_fp8_linear (one input "
+             "quantization per GEMM) or, for block-scaled checkpoints, apply_w8a8_block_fp8_linear "
+             "(per_token_group_quant_fp8 then the w8a8 block GEMM); fused_moe_triton invoke_fused_moe_kernel "
+             "quantizes each expert GEMM's input (read at v0.4.1, v0.4.2.post4, v0.4.3.post2)",
+             "serving step overhead: kernels an FP8 layer adds, one per FP8 GEMM (SGLang)"),
+    Constant("serve.kernels.trtllm.fp8_per_gemm", 0, "kernels",
              "TensorRT-LLM FP8 checkpoints carry per-tensor activation scales; the quantize nodes fold into the "
              "norm and activation kernels (TensorRT Q/DQ fusion, TensorRT developer guide 'Working with "
              "Quantized Types')",
-             "serving step overhead: kernels an FP8 layer adds (TensorRT-LLM)"),
+             "serving step overhead: kernels an FP8 layer adds, one per FP8 GEMM (TensorRT-LLM)"),
+    *[Constant(f"serve.kernels.{e}.grouped_topk", 16, "kernels",
+               f"{src}: a model with group-limited routing (DeepSeek-V3 n_group 8, topk_group 4, "
+               "noaux_tc) routes with PyTorch ops instead of the one fused topk_softmax kernel: sigmoid, "
+               "+ correction bias, per-group topk(2), sum, topk of the groups, zeros_like, scatter_, the "
+               "expanded mask's reshape copy, bool, logical not, masked_fill, topk, gather of the unbiased "
+               "scores, renormalize (sum, divide), casts to float32 and int32: 17 kernels, so 16 more",
+               "serving step overhead: kernels a MoE layer with grouped top-k routing adds")
+      for e, src in (("vllm", "vLLM v0.7.3 vllm/model_executor/layers/fused_moe/fused_moe.py grouped_topk"),
+                     ("sglang", "SGLang v0.4.1-v0.4.3.post2 python/sglang/srt/layers/moe/topk.py "
+                                "biased_grouped_topk"))],
+    *[Constant(f"serve.kernels.{e}.shared_expert", 5, "kernels",
+               f"{src} DeepseekV2MoE.forward: the shared experts run as a separate MLP (gate_up_proj, "
+               "silu_and_mul, down_proj: 3 kernels), then the routed output is multiplied by "
+               "routed_scaling_factor and the shared output added (2): 5 kernels per MoE layer with shared "
+               "experts (their FP8 input quantizations are counted by fp8_per_gemm)",
+               "serving step overhead: kernels a MoE layer with shared experts adds")
+      for e, src in (("vllm", "vLLM v0.7.3 vllm/model_executor/models/deepseek_v2.py"),
+                     ("sglang", "SGLang v0.4.1-v0.4.3.post2 python/sglang/srt/models/deepseek_v2.py"))],
+    *[Constant(f"serve.kernels.{e}.mla_rope", 12, "kernels",
+               f"{src}: DeepSeek's YaRN rotary embedding (DeepseekScalingRotaryEmbedding.forward) is "
+               "PyTorch-native: the cos/sin gather, two repeat_interleave, then for q and k each a negate, "
+               "stack (_rotate_gptj), two multiplies and an add: 13 kernels in place of the one fused "
+               "rotary kernel a layer counts, so 12 more",
+               "serving step overhead: kernels an MLA layer's rotary embedding adds")
+      for e, src in (("vllm", "vLLM v0.7.3 vllm/model_executor/layers/rotary_embedding.py"),
+                     ("sglang", "SGLang v0.4.3.post2 python/sglang/srt/layers/rotary_embedding.py (v0.4.1 "
+                                "imports vLLM's)"))],
+    Constant("serve.kernels.vllm.mla_glue", 2, "kernels",
+             "vLLM v0.7.3 DeepseekV2MLAAttention.forward and MLACommonImpl.forward / TritonMLAImpl._forward_decode "
+             "(vllm/attention/backends/mla/utils.py, triton_mla.py): kv_c.contiguous(), the q_pe GEMM "
+             "(hidden_states_or_q_c @ W_QR), torch.cat of q_nope and q_pe, torch.zeros of the output: 4 kernels "
+             "besides those counted, less 2 because W_UK is absorbed into q_b (one W_Q_UK GEMM) and W_UV into "
+             "o_proj (one W_UV_O GEMM) where mla_layer counts a batched GEMM each",
+             "serving step overhead: kernels an MLA decode layer adds (vLLM)"),
+    Constant("serve.kernels.sglang.mla_glue", 6, "kernels",
+             "SGLang v0.4.1-v0.4.3.post2 DeepseekV2AttentionMLA.forward_absorb (srt/models/deepseek_v2.py): "
+             "copies into q_input and k_input (q_nope_out, q_pe, the normed latent, k_pe: 4), "
+             "v_input.contiguous(), and the transposed bmm output flattened for o_proj: 6 kernels",
+             "serving step overhead: kernels an MLA decode layer adds (SGLang)"),
+    Constant("serve.kernels.sglang.mla_bmm_quant", 24, "kernels",
+             "SGLang v0.4.1-v0.4.3.post2 forward_absorb with FP8 (e4m3fn) w_kc/w_vc: each of the two absorbed "
+             "batched GEMMs (bmm_fp8) first quantizes its input per tensor with input_to_float8 "
+             "(srt/layers/quantization/fp8_utils.py): aminmax, two abs, maximum, clamp, the scale's divide, "
+             "multiply, clamp, cast, contiguous copy, float cast, reciprocal: 12 kernels each",
+             "serving step overhead: kernels an FP8 MLA layer adds around its absorbed GEMMs (SGLang, NVIDIA)"),
+    Constant("serve.kernels.sglang.mla_bmm_dequant_rocm", 6, "kernels",
+             "SGLang v0.4.2.post4-v0.4.3.post2 forward_absorb with float8_e4m3fnuz weights (ROCm: 'TODO(kernel): "
+             "add bmm_fp8 for torch.float8_e4m3fnuz'): each absorbed GEMM casts its input to bf16 and "
+             "dequantizes the weight every step (w.to(bfloat16) * w_scale) before a bf16 torch.bmm: 3 kernels "
+             "each",
+             "serving step overhead: kernels an FP8 MLA layer adds around its absorbed GEMMs (SGLang, AMD)"),
     *[Constant(f"serve.kernels.{e}.attn_split", 1, "kernels", src,
                "serving step overhead: kernels a layer adds when decode attention splits the KV length")
       for e, src in (
@@ -1136,6 +1195,11 @@ _SERVE_KERNELS = [
              "(memory-bound: no fill or drain term), in place of host.kernel_gap_s; compute-bound GEMMs keep "
              "their fill/drain (profile gemm_fixed_s) and the gap; NVIDIA GPUs only (measured on H100, the "
              "post also runs B200): AMD GPUs keep host.kernel_gap_s, no ROCm measurement at hand"),
+    Constant("serve.vllm_v0_min_batched_tokens", 2048, "tokens",
+             "vLLM V0 SchedulerConfig.__post_init__ (vllm/config.py, read at v0.7.3): without chunked prefill "
+             "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "
+             "as the default value for higher throughput'); with chunked prefill 2048 at v0.7.3 (512 at v0.6.3)",
+             "serving: the token budget of a vLLM V0 step without chunked prefill (--max-model-len known)"),
     Constant("serve.attn_split_fill", 0.8, "fraction",
              "flash-attention csrc flash_api.cpp num_splits_heuristic: one split once batch x heads x "
              "m-blocks reach 80% of the SMs",

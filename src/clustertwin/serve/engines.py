@@ -16,6 +16,8 @@ from ..errors import SpecError
 # generated wrapper, or a C++ runtime) or eager PyTorch modules (see constants host.*_per_kernel_s)
 _COMPILED = value("host.compiled_per_kernel_s")
 _EAGER = value("host.torch_forward_per_kernel_s")
+_V0_MIN_BUDGET = value("serve.vllm_v0_min_batched_tokens")
+_V1_DEFAULT = (0, 8)    # vLLM release whose default engine is V1 (v0.8.0 release notes)
 
 
 @dataclass(frozen=True)
@@ -200,10 +202,15 @@ def parse_version(text: str | None) -> tuple[int, ...] | None:
 
 
 def engine_for_version(profile: EngineProfile, version: str | None, mla: bool,
-                       backend: str | None = None) -> tuple[EngineProfile, list[str]]:
+                       backend: str | None = None, max_model_len: int | None = None) -> tuple[EngineProfile, list[str]]:
     """``profile`` with the VERSION_RULES that hold for ``version`` (a model with MLA when ``mla``; the
     engine's ``backend``, e.g. ``pytorch``), and one note per rule applied. An unknown or empty version keeps
-    the profile (the current defaults)."""
+    the profile (the current defaults).
+
+    vLLM's V0 engine (below 0.8) without chunked prefill sizes its token budget to the longest sequence it
+    serves, max(max_model_len, 2048) (SchedulerConfig, serve.vllm_v0_min_batched_tokens): with the run's
+    ``max_model_len`` (vllm serve --max-model-len) known, that budget replaces the profile's 8192 (which is
+    V1's). Unknown, the profile's budget stays (a prompt longer than it is still prefilled whole, alone)."""
     rel = parse_version(version)
     notes: list[str] = []
     if rel is None:
@@ -214,6 +221,12 @@ def engine_for_version(profile: EngineProfile, version: str | None, mla: bool,
             continue
         profile = replace(profile, **dict(rule.overrides))   # type: ignore[arg-type]
         notes.append(f"{profile.name} {version}: " + rule.note)
+    if profile.name == "vllm" and rel < _V1_DEFAULT and not profile.chunked_prefill and max_model_len:
+        budget = max(int(max_model_len), int(_V0_MIN_BUDGET))
+        profile = replace(profile, max_num_batched_tokens=budget)
+        notes.append(f"vllm {version}: V0 without chunked prefill schedules max(max_model_len {max_model_len:,}, "
+                     f"{int(_V0_MIN_BUDGET):,}) = {budget:,} tokens a step (vllm/config.py SchedulerConfig."
+                     "__post_init__, v0.6-v0.7)")
     return profile, notes
 
 

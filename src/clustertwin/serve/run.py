@@ -53,6 +53,7 @@ class ServeRequest:
     num_requests: int | None = None
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None     # vllm serve --max-model-len: sizes vLLM V0's unchunked token budget
     num_scheduler_steps: int | None = None   # vLLM multi-step scheduling (--num-scheduler-steps)
     enforce_eager: bool = False              # no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph)
     chunked_prefill: bool | None = None      # None: the engine's default; False: vLLM --enable-chunked-prefill=False
@@ -222,7 +223,7 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     notes: list[str] = []
     m = load_model(q.model)
     eng, version_notes = engine_for_version(get_engine(q.engine), q.engine_version, m.mla is not None,
-                                            q.engine_backend)
+                                            q.engine_backend, q.max_model_len)
     notes += version_notes
     overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens,
                  "scheduler_steps": q.num_scheduler_steps, "chunked_prefill": q.chunked_prefill}

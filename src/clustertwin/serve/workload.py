@@ -327,12 +327,7 @@ class StepPricer:
         self.moe_layers = m.num_moe_layers
         self.dense_layers = m.num_layers - self.moe_layers
         kc = kernel_counts(setup.engine.name)
-        per_layer = kc["dense_layer"] + (kc["tp_layer"] if setup.tp > 1 else 0)
-        per_layer += kc["mla_layer"] if m.mla else 0
-        # one input quantization per quantized GEMM of qkv, o, gate_up and down: an FFN-only recipe has 2 of 4
-        per_layer += (kc["fp8_layer"] * (0.5 if setup.precision in FFN_ONLY else 1.0)
-                      if setup.gemm_dtype == "fp8" else 0)
-        self.kernels = int(self.layers * per_layer + self.moe_layers * kc["moe_layer"] + kc["per_step"])
+        self.kernels = self._layer_kernels(kc)
         self.split_kernels = int(self.layers * kc["attn_split"])
         self._split_below = _SPLIT_FILL * gpu.sm_count / max(1, setup.kv_heads_gpu)
         self._tok: dict[int, tuple[float, float, float]] = {}
@@ -343,6 +338,40 @@ class StepPricer:
         self._pre: dict[tuple[int, int], tuple[float, float]] = {}
         self._proj: dict[int, float] = {}
         self.decode_attention_per_token = self._decode_attention_per_token()
+
+    def _fp8_gemms(self, moe: bool) -> int:
+        """FP8 GEMMs one layer launches, each after its input's quantization kernel: every GEMM of
+        ``ServeSetup.gemms`` but the 16-bit router and, with MLA, kv_b (its halves are absorbed into the
+        batched GEMMs around the latent decode kernel); an FFN-only recipe quantizes the MLP's alone."""
+        s = self.s
+        if s.gemm_dtype != "fp8":
+            return 0
+        names = [g[0] for g in s.gemms(1, moe) if g[0] != "moe.router" and not (s.model.mla and g[0] == "attn.kv_b")]
+        if s.precision in FFN_ONLY:
+            names = [n for n in names if not n.startswith("attn.")]
+        return len(names)
+
+    def _layer_kernels(self, kc: dict[str, float]) -> int:
+        """Kernels one step launches in all layers and outside them, counted in the engine's model code
+        (constants serve.kernels.<engine>.*; counts an engine lacks are 0)."""
+        s, m = self.s, self.s.model
+
+        def k(name: str) -> float:
+            return kc.get(name, 0.0)
+        per_layer = k("dense_layer") + (k("tp_layer") if s.tp > 1 else 0)
+        if m.mla:
+            per_layer += k("mla_layer") + k("mla_rope") + k("mla_glue")
+            if s.gemm_dtype == "fp8" and s.precision not in FFN_ONLY:   # FP8 absorbed batched GEMMs
+                per_layer += k("mla_bmm_quant") if s.cluster.gpu.vendor == "nvidia" else k("mla_bmm_dequant_rocm")
+        moe_extra = k("moe_layer") + (k("grouped_topk") if m.moe_expert_groups else 0)
+        moe_extra += k("shared_expert") if m.shared_ffn else 0
+        fp8 = k("fp8_per_gemm")
+        total = k("per_step")
+        if self.dense_layers:
+            total += self.dense_layers * (per_layer + fp8 * self._fp8_gemms(False))
+        if self.moe_layers:
+            total += self.moe_layers * (per_layer + moe_extra + fp8 * self._fp8_gemms(True))
+        return int(total)
 
     # ---- parts ---------------------------------------------------------------------------------
     def _gemm(self, name: str, batch: float, rows: float, n: float, k: float, welems: float,

@@ -206,6 +206,7 @@ _FLAGS = (
     # the per-iteration token budget: vLLM --max-num-batched-tokens, TensorRT-LLM --max_num_tokens
     (re.compile(r"(?:--max-num-batched-tokens|--max_num_tokens)[ =](\d+)"), "max_num_batched_tokens"),
     (re.compile(r"--enable-chunked-prefill=False"), "chunked_prefill"),
+    (re.compile(r"--max-model-len[ =](\d+)"), "max_model_len"),
     (re.compile(r"trtllm-serve --backend pytorch"), "engine_backend"),
     # the same setting named as the engines' config fields (vLLM EngineArgs.enable_chunked_prefill, TensorRT-LLM
     # executor enable_chunked_context) where a harness leaves it at its default False
