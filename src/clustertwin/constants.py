@@ -598,6 +598,14 @@ _WORKLOAD: list[Constant] = [
              "Dao 2023 (FlashAttention-2, arXiv 2307.08691): the backward runs 5 matmuls against the forward's "
              "2, 2.5x its FLOPs",
              "attention backward FLOPs"),
+    Constant("attention.fused_softmax_batch_multiple", 4, "attention batches",
+             "Megatron's FusedScaleMaskSoftmax.is_kernel_available runs the fused CUDA softmax only when "
+             "attn_batches = micro-batch x heads per TP rank is a multiple of 4 (\"np * b must be divisor of 4\"; "
+             "the causal kernel's batch_per_block is 4 at keys 128-4096), and otherwise forward_torch_softmax: "
+             "megatron/model/fused_softmax.py of Megatron-LM (2021-22) and microsoft/Megatron-DeepSpeed "
+             "(custom_kernel_constraint ... attn_batch_size % 4 == 0), megatron/core/fusions/fused_softmax.py",
+             "attention time (unfused kernel): below it the softmax runs as PyTorch ops in fp32 (workload/"
+             "transformer.py _attention_core)"),
 ]
 
 _NETWORK: list[Constant] = [

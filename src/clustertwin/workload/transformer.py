@@ -24,6 +24,7 @@ from .ops import Op, OpKind, Phase, is_score_gemm
 
 FWD, BWD = Phase.FWD, Phase.BWD
 _ATTN_BWD_FLOPS = value("attention.backward_flops_factor")  # FlashAttention backward / forward FLOPs
+_SOFTMAX_BATCH_MULTIPLE = int(value("attention.fused_softmax_batch_multiple"))  # fused softmax's batch rule
 # torch's experimental ring attention (cp_ring "torch"): bytes of its eager passes (constants cp.torch_*)
 _CP_MERGE, _CP_FWD_ONCE, _CP_KV_CONTIG = (value("cp.torch_merge_bytes_per_output_element"),
                                           value("cp.torch_forward_once_bytes_per_output_element"),
@@ -117,7 +118,7 @@ def stack_key(c: LayerContext, *, heads: bool = False) -> tuple:
     selective recomputation's shares depend on them)."""
     same = tuple(getattr(c, f) for f in _CONTEXT_FIELDS if f not in STACKED_FIELDS)
     return (*same, c.tp == 1, c.cp == 1, c.ep > 1, c.shared_ffn > 0, c.moe_load_factor == 1.0, c.experts_local > 1,
-            *((c.tp, c.heads, c.kv_heads) if heads else ()))
+            bool(torch_softmax(c)), *((c.tp, c.heads, c.kv_heads) if heads else ()))
 
 
 def stack_contexts(cs: Sequence[LayerContext]) -> LayerContext:
@@ -274,8 +275,17 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
                         shape=shape, layer=layer)
         return [kernel], [kernel_bwd], [kernel]
     scores = b * a * s_q * s_kv
-    fwd = [gemm("attn.qk", s_q, s_kv, c.qk_head_dim, "bf16", 2, b * a, FWD, layer),
-           elementwise("attn.softmax", scores * 4, FWD, layer, flops=5.0 * scores)]
+    if _all(torch_softmax(c)):
+        # Megatron's FusedScaleMaskSoftmax falls back to forward_torch_softmax (constants
+        # attention.fused_softmax_batch_multiple): with query-key layer scaling (on by default) the softmax
+        # runs in fp32: float() (a + 4), * scale (8), masked_fill_ (4 + 1 mask byte + 4), softmax (8), the
+        # cast back (4 + a): 5 kernels; the autograd backward mirrors each: the cast's gradient (a + 4),
+        # softmax's (12), masked_fill's (9), the scale's (8), float()'s (4 + a)
+        per_score = 33 + 2 * c.act_bytes
+        softmax = elementwise("attn.softmax", scores * per_score, FWD, layer, flops=5.0 * scores, kernels=5)
+    else:
+        softmax = elementwise("attn.softmax", scores * 4, FWD, layer, flops=5.0 * scores)
+    fwd = [gemm("attn.qk", s_q, s_kv, c.qk_head_dim, "bf16", 2, b * a, FWD, layer), softmax]
     if c.dropout:
         fwd.append(elementwise("attn.dropout", scores * 5, FWD, layer))
     fwd.append(gemm("attn.av", s_q, c.v_head_dim, s_kv, "bf16", 2, b * a, FWD, layer))
@@ -285,11 +295,18 @@ def _attention_core(c: LayerContext, layer: str) -> tuple[list[Op], list[Op], li
     for op in reversed(fwd):
         if op.kind == OpKind.GEMM:
             bwd.extend(gemm_backward(op))
-        elif op.name == "attn.context_copy":
-            bwd.append(elementwise(op.name + ".bwd", op.bytes, BWD, layer))
+        elif op.name == "attn.context_copy" or (op.name == "attn.softmax" and op.kernels > 1):
+            # a copy's gradient is a copy; the PyTorch softmax's backward moves what its forward does
+            bwd.append(elementwise(op.name + ".bwd", op.bytes, BWD, layer, flops=op.flops, kernels=op.kernels))
         else:
             bwd.append(elementwise(op.name + ".bwd", op.bytes * 1.5, BWD, layer, flops=op.flops))
     return fwd, bwd, list(fwd)
+
+
+def torch_softmax(c: LayerContext) -> Any:
+    """Whether the unfused attention's softmax runs as PyTorch ops rather than Megatron's fused kernel:
+    its micro-batch x heads per rank is not a multiple of ``attention.fused_softmax_batch_multiple``."""
+    return (c.attention_kernel == "unfused") & ((c.micro_batch * c.heads) % _SOFTMAX_BATCH_MULTIPLE != 0)
 
 
 def _cp_exchange(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
