@@ -163,13 +163,14 @@ def test_validate_states_the_schedule_a_row_cannot_name() -> None:
     assert any("pipeline schedule unknown: dualpipe (hai-llm default)" in n for n in r.assumptions)
 
 
-def test_the_replay_refuses_dualpipe_it_cannot_schedule() -> None:
-    from clustertwin.predict import make_training_job
+def test_the_replay_schedules_dualpipe() -> None:
+    """The replay runs DualPipe's order (sim/dualpipe.py; more in tests/test_sim_dualpipe.py): on a dense
+    two-stage pipeline (no all-to-alls, no bubble in (p/2 - 1)(F&B + B - 3W)) it agrees with predict."""
+    from clustertwin.predict import make_training_job, predict_job
     from clustertwin.sim.replay import simulate
     job = make_training_job("gpt3-125m", gpu="h100", num_gpus=8, plan="tp=2,pp=2,dp=2,dualpipe", micro_batch=1,
                             global_batch=8, seq_len=1024, framework="hai-llm")
-    with pytest.raises(PlanError, match="pp_schedule"):
-        simulate(job)
+    assert simulate(job).step_time_s == pytest.approx(predict_job(job).step_time_s, rel=0.03)
 
 
 def test_search_on_the_stack_prices_odd_pipelines_as_1f1b() -> None:

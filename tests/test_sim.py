@@ -15,6 +15,7 @@ from clustertwin.cli import main
 from clustertwin.parallel import GroupPlacement
 from clustertwin.errors import ClusterTwinError, PlanError
 from clustertwin.predict import make_training_job, predict_job
+from clustertwin.schedule.step import runs_dualpipe
 from clustertwin.sim.engine import Engine
 from clustertwin.sim.program import build_program
 from clustertwin.sim.replay import replay_program, simulate
@@ -216,7 +217,9 @@ def test_sim_agrees_with_predict_on_the_published_moe_runs():
     layouts. Known gap: under FSDP (ZeRO-3) the replay overlaps each layer's gather with the previous
     layer's compute, so a MoE layer whose expert weights take longer to gather than its neighbour
     takes to compute stays exposed; the analytic model only balances the stage's totals and is
-    10-30% faster on the AutoModel DeepSeek-V3 / Kimi K2 rows. Those plans are reported, not compared."""
+    10-30% faster on the AutoModel DeepSeek-V3 / Kimi K2 rows. Those plans are reported, not compared.
+    DualPipe (the DeepSeek-V3 paper row): the replay is slower (14%, bound 20%), for the reasons in
+    tests/test_sim_dualpipe.py."""
     if not MOE_RUNS.exists():
         pytest.skip("MoE validation data not present")
     seen, off = set(), []
@@ -231,9 +234,13 @@ def test_sim_agrees_with_predict_on_the_published_moe_runs():
         seen.add(key)
         try:
             simulated = simulate(job).step_time_s
-        except PlanError:      # DualPipe (the DeepSeek-V3 paper row's hai-llm stack), EP all-to-all overlap: 1F1B only
+        except PlanError:      # EP all-to-all overlap (Megatron-Core's combined 1F1B): not replayed
             continue
         predicted = predict_job(job).step_time_s
+        g = build_graph(job)
+        if runs_dualpipe(g.plan.pp_schedule, g.framework, g.plan.pp, g.plan.vpp):
+            assert predicted <= simulated <= 1.2 * predicted
+            continue
         if job.plan.zero_stage == 3 and job.model.is_moe:
             assert simulated >= predicted * 0.99  # the replay only adds the per-layer exposure
             continue

@@ -9,6 +9,8 @@ per-rank streams with dependencies, in the order Megatron-LM schedules it:
 2. The pipeline is replayed pass by pass (1F1B or interleaved 1F1B: warm-up, steady state,
    cool-down): each pass runs its blocks back to back, waits for the activations (forward) or
    gradients (backward) the previous virtual stage sends over the pipeline link, and sends its own.
+   A DualPipe plan runs DeepSeek's order instead (sim/dualpipe.py): each rank holds two stages and
+   overlaps forward/backward pairs of two micro-batches.
 3. Data parallelism: after the last micro-batch's backward of each chunk, its gradient buckets are
    reduced (overlapped with the rest of the backward when the plan says so), then the optimizer
    runs; the ZeRO parameter all-gather runs bucket by bucket under the first forward (or after the
@@ -37,10 +39,11 @@ from typing import Iterator
 from ..cost.profile import HardwareProfile
 from ..calibrate.profile import profile_for
 from ..errors import PlanError
-from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle, refuse_dualpipe, refuse_ep_overlap
+from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle, refuse_ep_overlap, runs_dualpipe
 from ..specs import TrainingJob
 from ..workload.graph import WorkloadGraph, build_graph
 from ..workload.ops import Op
+from .dualpipe import build_dualpipe
 from .engine import Engine
 from .layout import Segment, StageDP, block_of, chunk_segments, segment_weight
 from .program import Program, build_program, comm_latency
@@ -652,7 +655,8 @@ def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, 
     """
     graph = job if isinstance(job, WorkloadGraph) else build_graph(job)
     job = graph.job
-    refuse_dualpipe(graph.plan, graph.framework, "the discrete-event replay")
+    plan = graph.plan
+    dualpipe = runs_dualpipe(getattr(plan, "pp_schedule", None), graph.framework, plan.pp, plan.vpp)
     refuse_ep_overlap(graph.plan, graph.framework, "the discrete-event replay")
     n = job.cluster.num_gpus
     if slow_rank is not None:
@@ -662,7 +666,10 @@ def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, 
         raise PlanError("slowdown", f"{slowdown} is not a positive factor", "give e.g. 1.1 for a GPU 10% slower")
     pricer = Pricer(graph, profile or profile_for(job.cluster.gpu))
     rep = _Replay(graph, pricer, slow_rank, slowdown)
-    rep.build()
+    if dualpipe:        # DeepSeek's DualPipe: each rank holds stages r and p-1-r (sim/dualpipe.py)
+        build_dualpipe(rep)
+    else:
+        rep.build()
     step = rep.run()
     base = None
     if slow_rank is not None and baseline:
