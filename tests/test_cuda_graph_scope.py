@@ -16,6 +16,7 @@ from clustertwin.catalog import load_gpu
 from clustertwin.cost.profile import default_profile
 from clustertwin.specs.framework import get_framework
 from clustertwin.specs.plan import make_plan, parse_plan
+from clustertwin.validate.runs import job_from_row, read_runs
 from clustertwin.workload.transformer import LayerContext, layer_ops
 
 REPLAY = value("host.cuda_graph_replay_s")
@@ -115,3 +116,11 @@ def test_cli_refuses_in_one_line_with_exit_2():
     assert r.returncode == 2
     assert "Traceback" not in r.stderr and "cuda_graph_scope" in (r.stderr + r.stdout)
 
+
+def test_validation_rows_carry_the_release_presets_scope():
+    rows = {r.raw["run_id"]: r for r in read_runs("data/validation/moe_public_runs.csv")}
+    for rid, scope in (("mbridge25.11-b200-qwen3-30b-a3b-mxfp8-8gpu", ("moe_preprocess", "moe_router")),
+                       ("mbridge26.02-b200-qwen3-30b-a3b-mxfp8-8gpu", ("moe_preprocess", "moe_router")),
+                       ("mbridge25.11-h100-qwen3-30b-a3b-fp8cs-16gpu", None),
+                       ("mbridge26.02-h100-qwen3-30b-a3b-fp8-16gpu", None)):
+        assert job_from_row(rows[rid]).plan.cuda_graph_scope == scope
