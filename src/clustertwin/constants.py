@@ -1027,6 +1027,14 @@ _MOE: list[Constant] = [
              "not measured here",
              "host time of each kernel beyond the first that one C++ extension call launches (FP8 current "
              "scaling's amax and scale kernels)"),
+    Constant("host.cuda_graph_replay_s", 20e-6, "s",
+             "derived: one Python torch.autograd.Function apply (" + _AUTOGRAD_FN + ") around one CUDA graph "
+             "launch: Transformer Engine's make_graphed_callables replays each captured callable through an "
+             "autograd.Function (forward: copy the inputs into the static buffers, graph.replay(); backward: "
+             "the backward graph's replay), and a cudaGraphLaunch costs a few us whatever the kernels inside "
+             "(NVIDIA, 'Getting Started with CUDA Graphs', 2019)",
+             "host time of one captured region of a layer (Megatron-Core cuda_graph_scope), per phase: its "
+             "kernels pay no per-kernel launch time"),
     Constant("moe.expert_python_host_s", 7e-6, "s",
              "derived: one aten-call equivalent (" + _ATEN_OP + ") per expert for the Python loops over the "
              "experts in Transformer Engine v2.9 module/grouped_linear.py: in an FP8 forward "

@@ -42,6 +42,53 @@ _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE to
 _EXPERT_QUANTIZE_HOST = value("moe.expert_quantize_launch_host_s")   # one expert's FP8 input quantize launch
 _EXPERT_PY_HOST = value("moe.expert_python_host_s")    # TE grouped linear's Python per expert (FP8 fwd, wgrad)
 _CPP_LAUNCH_HOST = value("host.cpp_kernel_launch_s")     # a kernel launched from C++ after the call's first
+_GRAPH_REPLAY_HOST = value("host.cuda_graph_replay_s")   # one captured region's replay, per phase
+
+# Ops of a layer each CUDA graph scope captures (Megatron-Core core_r0.15, 0d8e071,
+# transformer/transformer_layer.py _te_cuda_graph_replay): "attn" the attention part (input norm through
+# its residual add, TP collectives included); "moe_router" resumes the layer from the pre-MLP norm through
+# MoELayer.route (router GEMM, top-k, aux-loss kernels); "moe_preprocess" adds the token dispatcher's
+# dispatch_preprocess (token counts, the first permutation; the alltoall dispatcher's D2H read-back then
+# waits before the all-to-all, outside the graph: token_dispatcher.py cuda_dtoh_point
+# "before_ep_alltoall"); "layer" the whole layer. The backward of a captured callable replays as a graph
+# too (Transformer Engine make_graphed_callables). Each tuple: (names, name prefixes).
+GRAPH_SCOPE_OPS = {
+    "attn": (("norm1",), ("attn.", "norm1.")),
+    "moe_router": (("norm2", "moe.router", "moe.topk"), ("norm2.", "moe.router.", "moe.router_", "moe.topk.")),
+    "moe_preprocess": (("moe.token_counts", "moe.permute"), ("moe.token_counts.", "moe.permute.")),
+}
+# the op whose host time carries each region's replay (the region's first op in issue order, per phase)
+_GRAPH_ENTRY = {"attn": ("norm1", "attn.residual.bwd"), "moe_router": ("norm2", "moe.topk.bwd")}
+
+
+def graph_captured(op: Op, scope: Sequence[str]) -> bool:
+    """Whether ``op`` (an op of a layer) runs inside a CUDA graph under ``scope`` (a plan's cuda_graph_scope)."""
+    if not scope or op.layer not in ("layer", "moe_layer"):
+        return False
+    if "layer" in scope:
+        return True
+    name = op.name
+    for s in scope:
+        names, prefixes = GRAPH_SCOPE_OPS[s]
+        if name in names or name.startswith(prefixes):
+            return True
+    return False
+
+
+def graph_replays(op: Op, scope: Sequence[str]) -> int:
+    """Graph replays the host issues at ``op``: one per captured region, charged to its entry op."""
+    if not scope or op.layer not in ("layer", "moe_layer"):
+        return 0
+    if "layer" in scope:   # one graph for the layer, forward and backward
+        return int(op.name in ("norm1", "norm1.bwd"))
+    fwd_bwd = op.phase == Phase.BWD
+    # attn with moe_router: one callable from the input norm through the MoE preprocess (one graph);
+    # moe_preprocess extends the router's graph: no region of its own
+    if "attn" in scope:
+        return int(op.name == _GRAPH_ENTRY["attn"][fwd_bwd])
+    return int("moe_router" in scope and op.name == _GRAPH_ENTRY["moe_router"][fwd_bwd])
+
+
 # torch SDPA's flash backend (PyTorch's build of FlashAttention-2) against Dao-AILab's build
 _SDPA_FA2_FWD, _SDPA_FA2_BWD = (value("attention.torch_sdpa_flash_forward_factor"),
                                 value("attention.torch_sdpa_flash_backward_factor"))
@@ -160,8 +207,10 @@ class ComputePricer:
     """Prices compute ops of one GPU under one framework; memoizes by op."""
 
     def __init__(self, gpu: GPUSpec, profile: HardwareProfile, fw: FrameworkProfile, tp_overlap_chunks: int = 1,
-                 attention_chunks: int = 1):
+                 attention_chunks: int = 1, cuda_graph_scope: Sequence[str] | None = None):
         self.gpu, self.profile, self.fw = gpu, profile, fw
+        # parts of each layer replayed as CUDA graphs (a plan's cuda_graph_scope): no per-kernel host time
+        self.cuda_graph_scope = tuple(cuda_graph_scope or ())
         # routed experts through Transformer Engine's grouped linear (Megatron-Core TEGroupedMLP)
         self._te_grouped = fw.family in _TE_GROUPED_FAMILIES
         # TP communication overlap (userbuffers ring exchange) splits each layer GEMM into tp
@@ -325,7 +374,10 @@ class ComputePricer:
     def host_time(self, op: Op) -> float:
         """Seconds the host spends issuing ``op``: the framework's per-kernel cost (forward and
         recomputation from Python, backward from the autograd engine) times its kernels; a collective
-        costs one launch through torch.distributed."""
+        costs one launch through torch.distributed. An op inside a CUDA graph (``cuda_graph_scope``) costs
+        nothing of its own: its region's replay is charged once, to the region's first op."""
+        if self.cuda_graph_scope and graph_captured(op, self.cuda_graph_scope):
+            return _GRAPH_REPLAY_HOST * graph_replays(op, self.cuda_graph_scope)
         if op.is_comm:
             return _COLLECTIVE_HOST
         per_kernel = self.fw.backward_dispatch_s if op.phase == Phase.BWD else self.fw.cpu_dispatch_s

@@ -50,7 +50,7 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
                "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm",
-               "fp8_recipe")
+               "fp8_recipe", "cuda_graph_scope")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
@@ -393,7 +393,8 @@ class BatchPricer:
         key = (tp_overlap_chunks(plan), cp)
         compute = self._computes.get(key)
         if compute is None:
-            compute = self._computes[key] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, *key)
+            compute = self._computes[key] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, *key,
+                                                          self.plans.fixed.get("cuda_graph_scope"))
         return Pricer.for_plan(self.plans.cluster, plan, self.fw, self.profile, compute=compute, network=self.network)
 
     def block_id(self, ctx_id: int, overlap_tp: bool, rc: str) -> int:
@@ -491,7 +492,8 @@ class BatchPricer:
             groups[name] = (list(distinct), idx)
         compute = self._computes.get((1, 1))
         if compute is None:
-            compute = self._computes[(1, 1)] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, 1, 1)
+            compute = self._computes[(1, 1)] = ComputePricer(self.plans.cluster.gpu, self.profile, self.fw, 1, 1,
+                                                                   self.plans.fixed.get("cuda_graph_scope"))
         return ManyPricer(compute, self.network, chunks, np.array([c.cp for c in cs]), groups, len(cs))
 
     def _price_blocks(self, c: LayerContext, pricer: Any, rc: str | None, built: dict | None = None) -> np.ndarray:

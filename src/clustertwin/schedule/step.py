@@ -120,7 +120,8 @@ class Pricer:
     def _setup(self, cluster, plan, framework, profile, compute=None, network=None) -> None:
         gpu = cluster.gpu
         self.profile = profile or default_profile(gpu)
-        self.compute = compute or ComputePricer(gpu, self.profile, framework, tp_overlap_chunks(plan), plan.cp)
+        self.compute = compute or ComputePricer(gpu, self.profile, framework, tp_overlap_chunks(plan), plan.cp,
+                                                getattr(plan, "cuda_graph_scope", None))
         self.network = network or NetworkPricer(cluster, self.profile)
         self.groups = group_placements(plan, cluster.gpus_per_node)
 

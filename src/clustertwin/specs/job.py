@@ -78,8 +78,28 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int,
     if resolved.fp8_recipe is not None and resolved.precision != "fp8":
         raise PlanError("plan.fp8_recipe", f"an FP8 recipe with precision {resolved.precision}",
                         "set precision fp8, or drop fp8_recipe")
+    _check_cuda_graphs(model, resolved, fw)
     check_rules(JobFacts.of(model, cluster, seq_len, fw), PlanFacts.of(resolved))
     return resolved
+
+
+def _check_cuda_graphs(model: ModelSpec, plan: Plan, fw: FrameworkProfile) -> None:
+    """CUDA graph scopes are Megatron-Core's (transformer_config.py cuda_graph_scope, core_r0.15 0d8e071)."""
+    scope = plan.cuda_graph_scope or ()
+    if not scope:
+        return
+    if fw.family not in ("megatron", "nemo"):
+        raise PlanError("plan.cuda_graph_scope", f"CUDA graph scopes are Megatron-Core's (cuda_graph_impl="
+                        f"transformer_engine); {fw.name} has none priced", "leave cuda_graph_scope out")
+    moe_scopes = [s for s in scope if s.startswith("moe_")]
+    if moe_scopes and not model.is_moe:
+        raise PlanError("plan.cuda_graph_scope", f"{moe_scopes[0]} needs an MoE model ('moe cuda graph is only "
+                        "supported for MoE')", "capture attn or layer, or leave cuda_graph_scope out")
+    if "layer" in scope and model.is_moe and not plan.moe_pad_to_capacity:
+        # a dropless MoE layer reads its token counts back to the host (token_dispatcher.py cuda_sync_point),
+        # which a graph cannot capture ('moe cuda graph is only supported with drop-padding MoE')
+        raise PlanError("plan.cuda_graph_scope", "a whole-layer graph of a dropless MoE layer (its token counts "
+                        "are read back to the host)", "capture attn+moe_router+moe_preprocess, or pad to capacity")
 
 
 def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | None = None,

@@ -75,6 +75,11 @@ class Plan(Frozen):
                           "(Float8CurrentScaling: amax, scale and cast, three kernels and one more read), mxfp8 "
                           "(Blackwell 1x32 block scales) or blockwise (1x128/128x128 scales); None = delayed; "
                           "only with precision fp8")
+    cuda_graph_scope: tuple[Literal["attn", "moe_router", "moe_preprocess", "layer"], ...] | None = Field(
+        None, description="parts of each layer replayed as CUDA graphs (Megatron-Core cuda_graph_impl="
+                          "transformer_engine, cuda_graph_scope), joined by +: attn, moe_router, moe_preprocess "
+                          "(with moe_router), or layer (the whole layer); their kernels cost the host no launch "
+                          "time of their own; None or none = no CUDA graphs (Megatron-Core's default)")
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="dtype of the gradient buffers and their DP reduction (Megatron-LM: fp32 with bf16 "
                           "training; NeMo's performance recipes: bf16); None = framework default")
@@ -100,6 +105,40 @@ class Plan(Frozen):
     @classmethod
     def _bool(cls, v):
         return _to_bool(v)
+
+    @field_validator("cuda_graph_scope", mode="before")
+    @classmethod
+    def _graph_scope(cls, v):
+        if isinstance(v, str):
+            names = [x.strip().lower() for x in v.split("+") if x.strip()]
+            if names in ([], ["none"]):
+                return None
+            return tuple(sorted(set(names)))
+        return v
+
+    @model_validator(mode="after")
+    def _cuda_graphs(self):
+        # Megatron-Core's checks (transformer_config.py __post_init__, core_r0.15 0d8e071)
+        scope = self.cuda_graph_scope or ()
+        if "moe_preprocess" in scope and "moe_router" not in scope:
+            raise PlanError("plan.cuda_graph_scope", "Megatron-Core captures moe_preprocess only with moe_router "
+                            "('moe_preprocess cuda graph is only supported with moe_router cuda graph')",
+                            "write cuda_graph_scope=moe_router+moe_preprocess")
+        if "layer" in scope and len(scope) > 1:
+            raise PlanError("plan.cuda_graph_scope", "layer already captures the whole layer",
+                            "write cuda_graph_scope=layer alone")
+        if scope and self.recompute == "full":
+            raise PlanError("plan.cuda_graph_scope", "Megatron-Core refuses CUDA graphs with full recomputation "
+                            "('Full-layer CUDA graphs not supported with activation recomputation')",
+                            "use recompute=selective or none, or leave cuda_graph_scope out")
+        if "layer" in scope and self.recompute == "selective":
+            raise PlanError("plan.cuda_graph_scope", "Megatron-Core refuses whole-layer CUDA graphs with "
+                            "recomputation", "use recompute=none, or capture parts (attn, moe_router)")
+        if "moe_preprocess" in scope and self.moe_capacity_factor is not None and self.moe_dispatcher != "deepep":
+            raise PlanError("plan.cuda_graph_scope", "Megatron-Core refuses moe_preprocess graphs where the "
+                            "alltoall dispatcher reads token counts back in its preprocess (a capacity factor)",
+                            "drop moe_preprocess, or the capacity factor")
+        return self
 
     @model_validator(mode="after")
     def _dualpipe(self):
@@ -228,6 +267,7 @@ _ALIASES = {
     "gb": "global_batch", "gbs": "global_batch", "global_batch_size": "global_batch",
     "vp": "vpp", "interleave": "vpp", "rc": "recompute", "first": "first_stage_layers",
     "last": "last_stage_layers", "dispatcher": "moe_dispatcher", "schedule": "pp_schedule",
+    "cuda_graphs": "cuda_graph_scope", "graphs": "cuda_graph_scope",
 }
 
 
@@ -271,7 +311,7 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             continue
         key = _ALIASES.get(key.lower(), key.lower())
         if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "pp_schedule",
-                   "fp8_recipe"):
+                   "fp8_recipe", "cuda_graph_scope"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",
@@ -349,7 +389,7 @@ def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
 # plan fields a search may hold fixed (the rest of a plan is set by the job: precision, global batch)
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm")
+           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm", "cuda_graph_scope")
 
 
 def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:

@@ -302,6 +302,9 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         fields["fp8_recipe"] = recipe
     elif prec == "fp8":
         notes.append("fp8_recipe unknown: delayed scaling (Transformer Engine's and Megatron-LM's default)")
+    graphs = (r.get("cuda_graph_scope") or "").strip().lower()
+    if graphs:
+        fields["cuda_graph_scope"] = graphs
     pad = _bool(r, "moe_pad_to_capacity")
     if pad is not None:
         fields["moe_pad_to_capacity"] = pad
