@@ -787,6 +787,11 @@ def test_block_fp8_gemms_take_at_least_their_chain_of_k_steps() -> None:
     assert a.total_s > b.total_s and sum(a.breakdown().values()) == pytest.approx(a.total_s)
     # prefill: 4,096 tokens make the GEMMs compute- or bandwidth-bound again where the chain is shorter
     assert p._gemm(*next(g for g in p.s.gemms(4096, True) if g[0] == "moe.shared_up"))[0] > 56 * step
+    # ... and they compute at the 16-bit rate (the scaled accumulate after every K step), the experts at FP8's
+    q_a = next(g for g in p.s.gemms(4096, True) if g[0] == "attn.q_a")
+    assert p._gemm(*q_a)[0] > 1.5 * new._gemm(*q_a)[0]
+    up = next(g for g in p.s.gemms(4096, True) if g[0] == "moe.experts_up")
+    assert sum(p._gemm(*up)) == pytest.approx(sum(new._gemm(*up)))
     bf16 = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="bf16", engine=old))
     mi = StepPricer(setup("deepseek-v3", "mi300x", 8, tp=8, ep=8, precision="fp8", engine=old))
     assert bf16.block_fp8_floor("attn.kv_a", 7168) == 0.0 and mi.block_fp8_floor("attn.kv_a", 7168) == 0.0

@@ -392,6 +392,11 @@ class StepPricer:
         r = max(1, int(math.ceil(rows)))
         flops = 2.0 * batch * rows * n * k
         wbytes, dtype = self.s.gemm_format(name, edge)
+        if self.triton_block_fp8(name):
+            # the block GEMM rescales its accumulator by both scale vectors after every 128-wide K step, so it
+            # computes no faster than a 16-bit GEMM of the same shape: vllm#23280 (H100, M = 4096, N = 2112,
+            # K = 7168) measures 403 TFLOP/s for the Triton kernel and 457 for CUTLASS against 716 for BF16 cuBLAS
+            dtype = "bf16"
         nbytes = welems * wbytes + batch * rows * (n + k) * ACT_BYTES
         op = Op(name, OpKind.GEMM, Phase.FWD, flops=flops, bytes=nbytes, shape=(b, r, max(1, int(n)), max(1, int(k))),
                 dtype=dtype, layer="layer")
@@ -408,10 +413,16 @@ class StepPricer:
         K one 128-wide scale block at a time (serve.block_fp8_k_step_s a step, EngineProfile.block_fp8_k_step_s)
         in engines whose release runs the Triton or CUTLASS-2.x block-FP8 GEMM; 0 elsewhere, and for the
         16-bit router, kv_b (absorbed into the batched GEMMs around the latent attention) and the routed
-        experts (the fused MoE kernel: no figure at hand)."""
-        if not self._k_step or name in ("moe.router", "attn.kv_b") or name.startswith("moe.experts"):
+        experts."""
+        if not self.triton_block_fp8(name):
             return 0.0
         return math.ceil(k / _SCALE_BLOCK_K) * self._k_step
+
+    def triton_block_fp8(self, name: str) -> bool:
+        """Whether the GEMM ``name`` runs as a block-FP8 dense GEMM of a release whose block GEMM is the Triton
+        or CUTLASS-2.x kernel (EngineProfile.block_fp8_k_step_s set): every FP8 GEMM of the layer but the 16-bit
+        router, kv_b (absorbed) and the routed experts (the fused MoE kernel: no figure at hand)."""
+        return bool(self._k_step) and name not in ("moe.router", "attn.kv_b") and not name.startswith("moe.experts")
 
     def _elementwise_bytes(self, t: float) -> float:
         m = self.s.model
