@@ -610,13 +610,14 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert parse_version("") is None and parse_version("nightly") is None
     vllm = get_engine("vllm")
     old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
-    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 2
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 3
     gqa = engine_for_version(vllm, "0.7.3", mla=False)[0]                # a GQA model keeps chunked prefill,
     assert gqa.chunked_prefill and gqa.eager_dispatch_s == value("host.torch_forward_per_kernel_s")  # V0: eager
     assert vllm.eager_dispatch_s == value("host.compiled_per_kernel_s")  # V1 compiles
     assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
     assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
-    assert engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0] == get_engine("sglang")
+    assert engine_for_version(get_engine("sglang"), "0.4.1", mla=False)[0] == get_engine("sglang")
+    assert engine_for_version(get_engine("sglang"), "0.4.4", mla=True)[0] == get_engine("sglang")
 
 
 def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
@@ -625,7 +626,7 @@ def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
     from clustertwin.serve.engines import engine_for_version
     vllm = get_engine("vllm")
     e, notes = engine_for_version(vllm, "0.7.3", mla=True, max_model_len=32768)
-    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 3
+    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 4
     assert engine_for_version(vllm, "0.7.3", mla=True, max_model_len=1024)[0].max_num_batched_tokens == 2048
     assert engine_for_version(vllm, "0.7.3", mla=True)[0].max_num_batched_tokens == vllm.max_num_batched_tokens
     assert engine_for_version(vllm, "0.7.3", mla=False, max_model_len=32768)[0].max_num_batched_tokens == \
@@ -762,3 +763,35 @@ def test_chunked_prefill_off_named_as_an_engine_field_reaches_the_engine() -> No
         assert q.chunked_prefill is False and build_setup(q)[0].engine.chunked_prefill is False
     row["notes"] = "enable_chunked_prefill True"
     assert request_of(row, []).chunked_prefill is None
+
+
+def test_block_fp8_gemms_take_at_least_their_chain_of_k_steps() -> None:
+    """DeepSeek's block-FP8 dense GEMMs in releases that run the Triton/CUTLASS-2.x block GEMM take at least
+    ceil(K / 128) x serve.block_fp8_k_step_s (kv_a at K = 7168: 56 steps); the router, kv_b and the routed
+    experts keep their pricing, and so do other engines' releases, 16-bit weights and non-NVIDIA GPUs."""
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    step = value("serve.block_fp8_k_step_s")
+    old = engine_for_version(get_engine("sglang"), "0.4.3.post2", mla=True)[0]
+    assert old.block_fp8_k_step_s == step and get_engine("sglang").block_fp8_k_step_s == 0.0
+    p = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", engine=old))
+    new = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", engine=get_engine("sglang")))
+    kv_a = next(g for g in p.s.gemms(1, True) if g[0] == "attn.kv_a")
+    assert kv_a[4] == 7168 and p.block_fp8_floor("attn.kv_a", 7168) == pytest.approx(56 * step)
+    assert sum(p._gemm(*kv_a)) == pytest.approx(56 * step)          # the chain exceeds its 4 MB read
+    assert sum(new._gemm(*kv_a)) < 56 * step
+    for name in ("moe.router", "attn.kv_b", "moe.experts_up"):
+        assert p.block_fp8_floor(name, 7168) == 0.0
+    # a step is never faster with the floor, and the breakdown still sums to the total
+    a, b = p.price(decode_seqs=8, decode_context=8000), new.price(decode_seqs=8, decode_context=8000)
+    assert a.total_s > b.total_s and sum(a.breakdown().values()) == pytest.approx(a.total_s)
+    # prefill: 4,096 tokens make the GEMMs compute- or bandwidth-bound again where the chain is shorter
+    assert p._gemm(*next(g for g in p.s.gemms(4096, True) if g[0] == "moe.shared_up"))[0] > 56 * step
+    # ... and they compute at the 16-bit rate (the scaled accumulate after every K step), the experts at FP8's
+    q_a = next(g for g in p.s.gemms(4096, True) if g[0] == "attn.q_a")
+    assert p._gemm(*q_a)[0] > 1.5 * new._gemm(*q_a)[0]
+    up = next(g for g in p.s.gemms(4096, True) if g[0] == "moe.experts_up")
+    assert sum(p._gemm(*up)) == pytest.approx(sum(new._gemm(*up)))
+    bf16 = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="bf16", engine=old))
+    mi = StepPricer(setup("deepseek-v3", "mi300x", 8, tp=8, ep=8, precision="fp8", engine=old))
+    assert bf16.block_fp8_floor("attn.kv_a", 7168) == 0.0 and mi.block_fp8_floor("attn.kv_a", 7168) == 0.0

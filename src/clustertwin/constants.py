@@ -1211,6 +1211,20 @@ _SERVE_KERNELS = [
              "(memory-bound: no fill or drain term), in place of host.kernel_gap_s; compute-bound GEMMs keep "
              "their fill/drain (profile gemm_fixed_s) and the gap; NVIDIA GPUs only (measured on H100, the "
              "post also runs B200): AMD GPUs keep host.kernel_gap_s, no ROCm measurement at hand"),
+    Constant("serve.block_fp8_k_step_s", 23.3e-6 / 56, "s",
+             "vllm-project/vllm#23280 (2025-09, NVIDIA H100 80GB HBM3, TFLOP/s table 'DeepSeek-V3, N=2112 K=7168', "
+             "block_size (128, 128)): the Triton w8a8_block_fp8_matmul reaches 1.298 TFLOP/s at batch 1 and 20.76 "
+             "at batch 16, i.e. 2 x M x 2112 x 7168 / rate = 23.3 us at both (15.1 MB of FP8 weights: 0.65 TB/s, "
+             "a fifth of the HBM), and the CUTLASS block-FP8 kernel is slower still there (0.89 TFLOP/s at batch "
+             "1, 34 us). A thread block of the kernel walks the whole K in steps of the 128-wide scale block, "
+             "each step loading its A and B tiles and both scale vectors before the scaled accumulate; at decode "
+             "sizes a few tiles cover N (N / BLOCK_SIZE_N of 32-128), so the chain of K steps, not the HBM, sets "
+             "the time: 23.3 us / (7168 / 128 = 56 steps). SGLang's H200 tables of the same kernels (sglang#3893, "
+             "2025-02, 'SGLang' column = Triton w8a8_block_fp8_matmul: 45-51 us at K = 7168 for N 576-2304, "
+             "M 8-64; sglang#5820, 'vllm' = vLLM's CUTLASS block FP8: 45.6 us at N = 3072-4608, K = 7168) run "
+             "slower per step; their units are not printed, so the H100 figure with stated units is taken",
+             "serving: least time of one block-FP8 (128 x 128 scaled) dense GEMM per 128 of its K, in engines "
+             "that run the Triton or CUTLASS-2.x block-FP8 GEMM (EngineProfile.block_fp8_k_step_s)"),
     Constant("serve.vllm_v0_min_batched_tokens", 2048, "tokens",
              "vLLM V0 SchedulerConfig.__post_init__ (vllm/config.py, read at v0.7.3): without chunked prefill "
              "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "

@@ -17,6 +17,7 @@ from ..errors import SpecError
 _COMPILED = value("host.compiled_per_kernel_s")
 _EAGER = value("host.torch_forward_per_kernel_s")
 _V0_MIN_BUDGET = value("serve.vllm_v0_min_batched_tokens")
+_BLOCK_FP8_K_STEP = value("serve.block_fp8_k_step_s")
 _V1_DEFAULT = (0, 8)    # vLLM release whose default engine is V1 (v0.8.0 release notes)
 
 
@@ -48,6 +49,9 @@ class EngineProfile:
     # prefill-only steps), ``never`` (SGLang: a prefill batch runs alone unless --enable-mixed-chunk)
     mixed_batches: str = "chunked"
     eager_dispatch_s: float = _COMPILED     # host time per kernel launched outside a CUDA graph
+    # least time of a block-FP8 dense GEMM per 128 of its K (serve.block_fp8_k_step_s) where the release runs
+    # DeepSeek's block-scaled linear layers through the Triton or CUTLASS-2.x block-FP8 GEMM; 0: not priced
+    block_fp8_k_step_s: float = 0.0
     sources: tuple[str, ...] = ()
 
     @property
@@ -173,6 +177,18 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "from 0.7.4 V0's EngineArgs._set_default_args_v0 keeps it off ('Chunked prefill not supported for "
         "Multimodal or MLA in V0'); V0's default scheduler then runs prefill-only steps that stall the "
         "running decodes"),
+    VersionRule(
+        "vllm", (0, 8), "mla", (("block_fp8_k_step_s", _BLOCK_FP8_K_STEP),),
+        "vLLM below 0.8 runs DeepSeek's block-FP8 linear layers through its CUTLASS block-FP8 GEMM ('our existing "
+        "CUTLASS Block FP8', vllm-project/vllm#13996, 2025-02-27, 8xH100/8xH200) and the Triton "
+        "w8a8_block_fp8_matmul where N or K is not a multiple of 128 (kv_a, N = 576): at decode sizes both walk K "
+        "in a chain of 128-wide steps (serve.block_fp8_k_step_s a step)"),
+    VersionRule(
+        "sglang", (0, 4, 4), "mla", (("block_fp8_k_step_s", _BLOCK_FP8_K_STEP),),
+        "SGLang below 0.4.4 runs DeepSeek's block-FP8 linear layers through the Triton w8a8_block_fp8_matmul "
+        "(the 'SGLang' column of sglang#3893, 2025-02-26, before DeepGEMM and sgl-kernel's CUTLASS block GEMM "
+        "were wired in): at decode sizes it walks K in a chain of 128-wide steps (serve.block_fp8_k_step_s a "
+        "step)"),
     VersionRule(
         "trtllm", (0, 21), "pytorch", (("cuda_graph_max_batch", 0), ("eager_dispatch_s", _EAGER)),
         "TensorRT-LLM's PyTorch backend before the 1.0 API runs the model as eager nn.Modules unless told "

@@ -69,6 +69,9 @@ ACT_BYTES = 2.0   # activations stay 16-bit
 _SPLIT_FILL = value("serve.attn_split_fill")   # split-KV decode only below this fill of the SMs
 _GAP = value("host.kernel_gap_s")                    # GPU idle between kernels on a busy queue
 _DECODE_STALL = value("serve.decode_kernel_stall_s")  # GPU idle per streaming kernel of a decode-only step
+# DeepSeek-V3/R1's FP8 checkpoints scale weights per 128 x 128 block and activations per 1 x 128 group
+# (config.json quantization_config weight_block_size [128, 128]): a block-FP8 GEMM steps K 128 at a time
+_SCALE_BLOCK_K = 128
 
 
 def parse_serve_plan(text: str | None) -> dict[str, int]:
@@ -338,6 +341,11 @@ class StepPricer:
         self._pre: dict[tuple[int, int], tuple[float, float]] = {}
         self._proj: dict[int, float] = {}
         self.decode_attention_per_token = self._decode_attention_per_token()
+        # block-FP8 dense GEMMs' least time per K step (the catalog's FP8 MLA checkpoints are DeepSeek's
+        # block-scaled ones); measured on H100: NVIDIA GPUs only
+        block_fp8 = (m.mla is not None and setup.gemm_dtype == "fp8" and setup.precision not in FFN_ONLY
+                     and gpu.vendor == "nvidia")
+        self._k_step = setup.engine.block_fp8_k_step_s if block_fp8 else 0.0
 
     def _fp8_gemms(self, moe: bool) -> int:
         """FP8 GEMMs one layer launches, each after its input's quantization kernel: every GEMM of
@@ -384,13 +392,37 @@ class StepPricer:
         r = max(1, int(math.ceil(rows)))
         flops = 2.0 * batch * rows * n * k
         wbytes, dtype = self.s.gemm_format(name, edge)
+        if self.triton_block_fp8(name):
+            # the block GEMM rescales its accumulator by both scale vectors after every 128-wide K step, so it
+            # computes no faster than a 16-bit GEMM of the same shape: vllm#23280 (H100, M = 4096, N = 2112,
+            # K = 7168) measures 403 TFLOP/s for the Triton kernel and 457 for CUTLASS against 716 for BF16 cuBLAS
+            dtype = "bf16"
         nbytes = welems * wbytes + batch * rows * (n + k) * ACT_BYTES
         op = Op(name, OpKind.GEMM, Phase.FWD, flops=flops, bytes=nbytes, shape=(b, r, max(1, int(n)), max(1, int(k))),
                 dtype=dtype, layer="layer")
         t = self.compute.gemm_time(op)
+        floor = self.block_fp8_floor(name, k)
+        if floor > t:     # a chain of K steps, not the HBM or the tensor cores, sets the time: streaming
+            return 0.0, floor
         if nbytes / self.mem_bw >= 0.999 * t:
             return 0.0, t
         return t, 0.0
+
+    def block_fp8_floor(self, name: str, k: float) -> float:
+        """Least seconds of the block-FP8 dense GEMM ``name`` with inner dimension ``k``: its thread blocks walk
+        K one 128-wide scale block at a time (serve.block_fp8_k_step_s a step, EngineProfile.block_fp8_k_step_s)
+        in engines whose release runs the Triton or CUTLASS-2.x block-FP8 GEMM; 0 elsewhere, and for the
+        16-bit router, kv_b (absorbed into the batched GEMMs around the latent attention) and the routed
+        experts."""
+        if not self.triton_block_fp8(name):
+            return 0.0
+        return math.ceil(k / _SCALE_BLOCK_K) * self._k_step
+
+    def triton_block_fp8(self, name: str) -> bool:
+        """Whether the GEMM ``name`` runs as a block-FP8 dense GEMM of a release whose block GEMM is the Triton
+        or CUTLASS-2.x kernel (EngineProfile.block_fp8_k_step_s set): every FP8 GEMM of the layer but the 16-bit
+        router, kv_b (absorbed) and the routed experts (the fused MoE kernel: no figure at hand)."""
+        return bool(self._k_step) and name not in ("moe.router", "attn.kv_b") and not name.startswith("moe.experts")
 
     def _elementwise_bytes(self, t: float) -> float:
         m = self.s.model
