@@ -53,8 +53,10 @@ _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype",
                "fp8_recipe")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
+# (tp_s, ep_s, moe_imb, tp_excess: both passes; the *_fwd fields: the forward's part of them, for the
+# compute stream's wall of each pass, ``pass_walls``)
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
-           "attn_rc", "moe_imb", "tp_excess", "wgrad_s")
+           "attn_rc", "moe_imb", "tp_excess", "wgrad_s", "tp_fwd", "ep_fwd", "moe_imb_fwd", "tp_excess_fwd")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
 # below this many shape classes to price, pricing them one by one is faster than stacking them
@@ -544,16 +546,19 @@ class BatchPricer:
             st = StageTime(0)
             if rc is None:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
+                # the forward's, so far (copies: accumulate_ops adds to the fields' arrays in place)
+                fwd_waits = tuple(np.array(v, dtype=float) for v in (st.tp_s, st.ep_s, st.moe_imbalance_s,
+                                                                      st.tp_excess_s))
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
                 vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s)
+                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s, *fwd_waits)
             else:
                 mode = recompute_mode(rc, self.fw)
                 ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
                        else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
                 vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                        st.moe_imbalance_s, st.tp_excess_s, 0.0)
+                        st.moe_imbalance_s, st.tp_excess_s, 0.0, 0.0, 0.0, 0.0, 0.0)
             if stacked:
                 for k, v in enumerate(vals):
                     out[:, b, k] = v
@@ -841,7 +846,8 @@ class _Layout:
                                    param_gather_s=gather[k], optimizer_s=opt[k],
                                    cp_hidden_fwd_s=base.cp_hidden_fwd_s * cp_shares_link,
                                    cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
-                                   pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
+                                   pp_shares_nic=nic_shared, overhead_s=base.overhead_s,
+                                   waits_fwd_s=base.waits_fwd_s)
                     ag, rs, units, copies, copies_fwd, st.step_copies_s = fsdp[k]
                     fwd_wall, bwd_wall = pass_walls(st)
                     # FSDP2's copies run on the compute stream between the units' kernels: they add to
@@ -905,6 +911,11 @@ class _Layout:
             # overlapped: the first chunk, and what outlasts the GEMMs it runs beside (0 without overlap:
             # the blocks of plans without it are priced without chunks)
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r) + total("tp_excess")
+            # the same waits of the forward alone (exposed_tp is linear in its first argument: the
+            # backward's part is the rest)
+            st.waits_fwd_s = (exposed_tp(total("tp_fwd"), tp_r, otp_r) + total("tp_excess_fwd") + total("ep_fwd")
+                              + total("moe_imb_fwd") + exposed_cp(total("cp_fwd"), total("attn_fwd"))
+                              + OVERLAP_SLOWDOWN * st.cp_hidden_fwd_s)
             st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
         return out

@@ -80,6 +80,9 @@ class StageTime:
     # FSDP2's copies once per step (gathered once, reduced once under PP): the copy-outs in the stage's
     # first forward, the copy-ins in its last backward, on the compute stream
     step_copies_s: Num = 0.0
+    # of tp_s + cp_s + ep_s + moe_imbalance_s (what the compute stream waits for in the open), the
+    # forward's part; the rest is the backward's and its recomputation's
+    waits_fwd_s: Num = 0.0
 
     @property
     def per_microbatch_s(self) -> float:
@@ -314,16 +317,13 @@ def exposed_tp(tp_s, tp, overlap):
 
 def pass_walls(st: StageTime):
     """The compute stream's wall time in one micro-batch's forward and in its backward (with its
-    recomputation): the compute of each pass plus its share of what the stream waits for in the open
-    (exposed TP, EP and CP communication, the busiest EP rank's extra), spread over the passes in
-    proportion to their compute. A prefetched FSDP collective runs on its own stream beside all of it,
+    recomputation): the compute of each pass plus what the stream waits for in the open during it
+    (exposed TP, EP and CP communication, the busiest EP rank's extra; ``waits_fwd_s`` the forward's,
+    the rest the backward's). A prefetched FSDP collective runs on its own stream beside all of it,
     so this, not the compute alone, is what hides it: where faster compute exposes more TP traffic, the
-    window the FSDP gathers hide behind shrinks only by what the step actually saves."""
-    bwd = st.bwd_s + st.recompute_s
-    compute = st.fwd_s + bwd
-    stalled = st.tp_s + st.ep_s + st.cp_s + st.moe_imbalance_s
-    share = where(compute > 0, stalled / maximum(compute, 1e-300), 0.0)
-    return st.fwd_s * (1 + share), bwd * (1 + share)
+    window the FSDP gathers hide behind shrinks only by what the pass actually saves."""
+    waits = st.tp_s + st.ep_s + st.cp_s + st.moe_imbalance_s
+    return st.fwd_s + st.waits_fwd_s, st.bwd_s + st.recompute_s + waits - st.waits_fwd_s
 
 
 def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0):
@@ -415,7 +415,8 @@ def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
     is that of both stages' parameters."""
     out = StageTime(rank)
     for name in ("fwd_s", "bwd_s", "recompute_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
-                 "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s"):
+                 "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s",
+                 "waits_fwd_s"):
         setattr(out, name, (getattr(a, name) + getattr(b, name)) / 2)
     for name in ("dp_sync_s", "param_gather_s", "optimizer_s", "step_copies_s"):
         setattr(out, name, getattr(a, name) + getattr(b, name))
