@@ -53,3 +53,67 @@ def test_stage_forward_waits_lie_within_the_stage_waits() -> None:
     for st in r.step.stages:
         waits = st.tp_s + st.cp_s + st.ep_s + st.moe_imbalance_s
         assert 0 < st.waits_fwd_s < waits
+
+
+def test_fsdp_root_unit_is_each_pass_first_unit() -> None:
+    """11 units, the root (embedding and head) half of the gathers and reduce-scatters, ample compute:
+    the root's gather opens the forward, its gather and reduce-scatter stay exposed in the backward;
+    the other 10 units' collectives hide and slow the compute by OVERLAP_SLOWDOWN per second hidden."""
+    from clustertwin.schedule.step import OVERLAP_SLOWDOWN as d
+    from clustertwin.schedule.step import exposed_fsdp
+    exposed = 0.5 + 0.5 + 0.25
+    assert exposed_fsdp(1.0, 0.5, 11, 10.0, 20.0, True, root_gather=0.5, root_reduce=0.25) == pytest.approx(
+        exposed + d * (2.5 - exposed))
+    # a root the size of every other unit: the formula of equal units
+    for fwd, bwd in ((10.0, 20.0), (0.5, 1.0)):
+        assert exposed_fsdp(1.0, 0.5, 10, fwd, bwd, True, root_gather=0.1, root_reduce=0.05) == pytest.approx(
+            exposed_fsdp(1.0, 0.5, 10, fwd, bwd, True))
+    # compute shorter than the collectives: each layer unit exposes what its own collectives outlast it by
+    a, r, cf, cb = 0.05, 0.025, 0.5 / 11, 1.0 / 11
+    exposed = 0.5 + 10 * (a - cf) + 0.75 + 10 * (a + r - cb) * (a + r > cb)
+    assert exposed_fsdp(1.0, 0.5, 11, 0.5, 1.0, True, root_gather=0.5, root_reduce=0.25) == pytest.approx(
+        exposed + d * (2.5 - exposed))
+
+
+def test_fsdp_root_unit_priced_apart(monkeypatch) -> None:
+    """Llama 3 8B under torchtitan's FSDP: the root unit holds 2 x 128256 x 4096 parameters against
+    218M per layer, so pricing it apart exposes more than one 33rd of the gathers at each pass's start."""
+    from clustertwin import predict
+    from clustertwin.schedule import batch
+    seen = []
+    real = batch.exposed_fsdp
+
+    def spy(*args, **kw):
+        seen.append(args)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(batch, "exposed_fsdp", spy)
+    predict("llama3-8b", gpu="h100-sxm", num_gpus=16, plan="tp=2,dp=8,zero=3", framework="torchtitan",
+            micro_batch=2, global_batch=32, seq_len=2048)
+    gather, reduce, units, *_rest = seen[-1][:6]
+    root_gather, root_reduce = seen[-1][8:10]
+    assert units == 33
+    share = 2 * 128256 * 4096 / 8.03e9
+    assert root_gather / gather == pytest.approx(share, rel=0.05)
+    assert root_reduce / reduce == pytest.approx(share, rel=0.05)
+
+
+def test_faster_nvlink_never_slower_with_cp_on_the_fsdp_link() -> None:
+    """Found by hypothesis once each pass had its own wall: faster NVLink exposes less TP traffic and
+    moves CP ring time from waited-for to hidden behind attention; while the ring holds the NICs the
+    FSDP traffic shares, that time hides no FSDP collective whether it is waited for or hidden, so
+    the prefetch window shrinks only by what the pass saves (before: 67.85 ms -> 68.51 ms)."""
+    from clustertwin import predict
+    from clustertwin.specs.model import ModelSpec
+    from clustertwin.specs.plan import Plan
+    model = ModelSpec(name="small-gpt", num_layers=8, hidden_size=2048, num_heads=16, ffn_hidden_size=8192,
+                      vocab_size=50304, max_seq_len=2048, tied_embeddings=True, dropout=0.1)
+    cluster = cluster_for_gpu("h100-sxm", 32)
+    node = cluster.node.model_copy(update={"scaleup_bandwidth_bytes_per_s": 4 * cluster.node.gpu_scaleup_bandwidth})
+    fast_cluster = cluster.model_copy(update={"node": node})
+    for kernel in ("flash", "unfused"):
+        plan = Plan(tp=8, cp=2, sp=True, zero_stage=3, micro_batch=2, global_batch=16, recompute="none",
+                    attention_kernel=kernel, precision="fp8")
+        base = predict(model, cluster=cluster, plan=plan, seq_len=2048, framework="torchtitan").step_time_s
+        fast = predict(model, cluster=fast_cluster, plan=plan, seq_len=2048, framework="torchtitan").step_time_s
+        assert fast <= base * (1 + 1e-12)
