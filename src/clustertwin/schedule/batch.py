@@ -53,8 +53,10 @@ _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype",
                "fp8_recipe", "cuda_graph_scope")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
+# (tp_s, ep_s, moe_imb, tp_excess: both passes; the *_fwd fields: the forward's part of them, for the
+# compute stream's wall of each pass, ``pass_walls``)
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
-           "attn_rc", "moe_imb", "tp_excess", "wgrad_s")
+           "attn_rc", "moe_imb", "tp_excess", "wgrad_s", "tp_fwd", "ep_fwd", "moe_imb_fwd", "tp_excess_fwd")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
 # below this many shape classes to price, pricing them one by one is faster than stacking them
@@ -546,16 +548,19 @@ class BatchPricer:
             st = StageTime(0)
             if rc is None:
                 cp_f, attn_f = accumulate_ops(st, [(op, 1) for op in f], Phase.FWD, pricer)
+                # the forward's, so far (copies: accumulate_ops adds to the fields' arrays in place)
+                fwd_waits = tuple(np.array(v, dtype=float) for v in (st.tp_s, st.ep_s, st.moe_imbalance_s,
+                                                                      st.tp_excess_s))
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
                 vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s)
+                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s, *fwd_waits)
             else:
                 mode = recompute_mode(rc, self.fw)
                 ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
                        else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
                 vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                        st.moe_imbalance_s, st.tp_excess_s, 0.0)
+                        st.moe_imbalance_s, st.tp_excess_s, 0.0, 0.0, 0.0, 0.0, 0.0)
             if stacked:
                 for k, v in enumerate(vals):
                     out[:, b, k] = v
@@ -814,7 +819,8 @@ class _Layout:
             pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
             dp_rows = _one(dp_rows)
             sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
-            fsdp = [(_one(ag), _one(rs), units, _one(cp), _one(cf), _one(sc)) for ag, rs, units, cp, cf, sc in fsdp]
+            fsdp = [(_one(ag), _one(rs), units, _one(cp), _one(cf), _one(sc), _one(agr), _one(rsr))
+                    for ag, rs, units, cp, cf, sc, agr, rsr in fsdp]
             params_rows = [_one(x) for x in params_rows]
         decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
 
@@ -843,13 +849,19 @@ class _Layout:
                                    param_gather_s=gather[k], optimizer_s=opt[k],
                                    cp_hidden_fwd_s=base.cp_hidden_fwd_s * cp_shares_link,
                                    cp_hidden_bwd_s=base.cp_hidden_bwd_s * cp_shares_link,
-                                   pp_shares_nic=nic_shared, overhead_s=base.overhead_s)
-                    ag, rs, units, copies, copies_fwd, st.step_copies_s = fsdp[k]
+                                   pp_shares_nic=nic_shared, overhead_s=base.overhead_s,
+                                   waits_fwd_s=base.waits_fwd_s, cp_open_fwd_s=base.cp_open_fwd_s,
+                                   cp_open_bwd_s=base.cp_open_bwd_s)
+                    ag, rs, units, copies, copies_fwd, st.step_copies_s, ag_root, rs_root = fsdp[k]
                     fwd_wall, bwd_wall = pass_walls(st)
                     # FSDP2's copies run on the compute stream between the units' kernels: they add to
-                    # the pass and, like its compute, hide the next unit's prefetched collectives
+                    # the pass and, like its compute, hide the next unit's prefetched collectives. Where
+                    # the CP ring shares their link, the wall it takes (hidden or waited for) hides no
+                    # FSDP traffic: the link is busy with the ring then
+                    busy_fwd = st.cp_hidden_fwd_s + base.cp_open_fwd_s * cp_shares_link + pp_nic
+                    busy_bwd = st.cp_hidden_bwd_s + base.cp_open_bwd_s * cp_shares_link + pp_nic
                     st.fsdp_s = exposed_fsdp(ag, rs, units, fwd_wall + copies_fwd, bwd_wall + copies - copies_fwd,
-                                             opg, st.cp_hidden_fwd_s + pp_nic, st.cp_hidden_bwd_s + pp_nic) + copies
+                                             opg, busy_fwd, busy_bwd, ag_root, rs_root) + copies
                     stage_times.append(st)
                 params_of = params_rows
                 if self.dualpipe:   # the ranks, each holding two stages
@@ -897,8 +909,9 @@ class _Layout:
 
             st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
                            ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"), wgrad_s=total("wgrad_s"))
-            st.cp_s = (exposed_cp(total("cp_fwd"), total("attn_fwd")) + exposed_cp(total("cp_bwd"), total("attn_bwd"))
-                       + exposed_cp(total("cp_rc"), total("attn_rc")))
+            st.cp_open_fwd_s = exposed_cp(total("cp_fwd"), total("attn_fwd"))
+            st.cp_open_bwd_s = exposed_cp(total("cp_bwd"), total("attn_bwd")) + exposed_cp(total("cp_rc"), total("attn_rc"))
+            st.cp_s = st.cp_open_fwd_s + st.cp_open_bwd_s
             st.cp_hidden_fwd_s = hidden_cp(total("cp_fwd"), total("attn_fwd"))
             st.cp_hidden_bwd_s = (hidden_cp(total("cp_bwd"), total("attn_bwd"))
                                   + hidden_cp(total("cp_rc"), total("attn_rc")))
@@ -907,6 +920,10 @@ class _Layout:
             # overlapped: the first chunk, and what outlasts the GEMMs it runs beside (0 without overlap:
             # the blocks of plans without it are priced without chunks)
             st.tp_s = exposed_tp(total("tp_s"), tp_r, otp_r) + total("tp_excess")
+            # the same waits of the forward alone (exposed_tp is linear in its first argument: the
+            # backward's part is the rest)
+            st.waits_fwd_s = (exposed_tp(total("tp_fwd"), tp_r, otp_r) + total("tp_excess_fwd") + total("ep_fwd")
+                              + total("moe_imb_fwd") + st.cp_open_fwd_s + OVERLAP_SLOWDOWN * st.cp_hidden_fwd_s)
             st.overhead_s = pr.fw.microbatch_overhead_s
             out.append(st)
         return out
@@ -943,6 +960,7 @@ class _Layout:
         k_range = range(len(self.classes))
         sync, gather, opt = ([np.zeros(n) for _ in k_range] for _ in range(3))
         fsdp_ag, fsdp_rs, fsdp_copy, fsdp_copy_fwd, fsdp_step_copy = ([np.zeros(n) for _ in k_range] for _ in range(5))
+        fsdp_ag_root, fsdp_rs_root = ([np.zeros(n) for _ in k_range] for _ in range(2))
         units = [cls.n_dense + cls.n_moe + int(cls.is_first or cls.is_last) for cls in self.classes]
         nic_shared: Any = False
         dp_cross = np.array([pl.nodes for pl in dp_pl])[dp_idx[srow]] > 1
@@ -974,21 +992,34 @@ class _Layout:
                     return a[sr]
             for k in k_range:
                 cls = self.classes[k]
-                groups = ((take(self.dense[k]), dp_pl, take(dp_idx), units[k]),
-                          (take(self.expert[k]), edp_pl, take(edp_idx), max(1, cls.n_moe)))
-                acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp_ag": 0.0, "fsdp_rs": 0.0}
-                for nparams, pls, idx, n_units in groups:
+                # the dense group's root unit (embedding, final norm and head: ``fsdp_units``) apart
+                # from its layers, which are alike
+                root = take(self.embedding[k]) if cls.is_first or cls.is_last else 0.0
+                layer_units = max(1, cls.n_dense + cls.n_moe)
+                groups = ((take(self.dense[k]), root, dp_pl, take(dp_idx), layer_units),
+                          (take(self.expert[k]), 0.0, edp_pl, take(edp_idx), max(1, cls.n_moe)))
+                acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp_ag": 0.0, "fsdp_rs": 0.0,
+                                       "fsdp_ag_root": 0.0, "fsdp_rs_root": 0.0}
+                for nparams, root_params, pls, idx, n_units in groups:
                     for name, kind, _phase, per_mb, elem in dp_collectives(
                             z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
-                        nbytes = nparams * (gb if elem == "grad" else pb)
-                        if z >= 3:   # one collective per unit
-                            t = n_units * _ring_times(pr.network, kind, nbytes / n_units, pls, idx)
+                        per_elem = gb if elem == "grad" else pb
+                        nbytes = nparams * per_elem
+                        t_root: Any = 0.0
+                        if z >= 3:   # one collective per unit: the root's, and each layer's
+                            if not isinstance(root_params, float) or root_params > 0:
+                                t_root = _ring_times(pr.network, kind, root_params * per_elem, pls, idx)
+                            t = t_root
+                            if cls.n_dense + cls.n_moe:    # (a stage may hold the embedding or head alone)
+                                t = t + n_units * _ring_times(pr.network, kind, (nbytes - root_params * per_elem)
+                                                              / n_units, pls, idx)
                         else:
                             t = _ring_times(pr.network, kind, nbytes, pls, idx)
                         if per_mb:
                             if name.endswith(".bwd"):
                                 continue          # the backward's re-gather: the same as the forward's
                             bucket = "fsdp_ag" if kind == "all_gather" else "fsdp_rs"
+                            acc[bucket + "_root"] = acc[bucket + "_root"] + t_root
                         else:
                             bucket = step_bucket(OpKind.COLLECTIVE, kind)
                         acc[bucket] = acc[bucket] + t
@@ -1003,11 +1034,14 @@ class _Layout:
                 gather[k][sel] = _rows_of(acc["param_gather"], inv)
                 fsdp_ag[k][sel] = _rows_of(acc["fsdp_ag"], inv)
                 fsdp_rs[k][sel] = _rows_of(acc["fsdp_rs"], inv)
+                fsdp_ag_root[k][sel] = _rows_of(acc["fsdp_ag_root"], inv)
+                fsdp_rs_root[k][sel] = _rows_of(acc["fsdp_rs_root"], inv)
                 opt_t = pr._memory_bound.memory_bound_time(adam, OPTIMIZER_KERNELS)
                 if step_copies is not None:    # gathered and reduced once per step: in the pipeline's fill and drain
                     fsdp_step_copy[k][sel] = _rows_of(step_copies, inv)
                 opt[k][sel] = _rows_of(opt_t, inv)
-        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k], fsdp_copy[k], fsdp_copy_fwd[k], fsdp_step_copy[k]) for k in k_range]
+        fsdp = [(fsdp_ag[k], fsdp_rs[k], units[k], fsdp_copy[k], fsdp_copy_fwd[k], fsdp_step_copy[k], fsdp_ag_root[k],
+                 fsdp_rs_root[k]) for k in k_range]
         return sync, gather, opt, fsdp, nic_shared, cp_shares_link
 
     def _fsdp2_copies(self, k: int, z: int, take, pb: int, gb: int) -> tuple[Any, Any]:

@@ -80,6 +80,13 @@ class StageTime:
     # FSDP2's copies once per step (gathered once, reduced once under PP): the copy-outs in the stage's
     # first forward, the copy-ins in its last backward, on the compute stream
     step_copies_s: Num = 0.0
+    # of tp_s + cp_s + ep_s + moe_imbalance_s (what the compute stream waits for in the open), the
+    # forward's part; the rest is the backward's and its recomputation's
+    waits_fwd_s: Num = 0.0
+    # of cp_s, the ring exchange the compute stream waits for in the open, per pass (the backward's with
+    # its recomputation): the link is busy with it then, as in the cp_hidden time
+    cp_open_fwd_s: Num = 0.0
+    cp_open_bwd_s: Num = 0.0
 
     @property
     def per_microbatch_s(self) -> float:
@@ -315,19 +322,17 @@ def exposed_tp(tp_s, tp, overlap):
 
 def pass_walls(st: StageTime):
     """The compute stream's wall time in one micro-batch's forward and in its backward (with its
-    recomputation): the compute of each pass plus its share of what the stream waits for in the open
-    (exposed TP, EP and CP communication, the busiest EP rank's extra), spread over the passes in
-    proportion to their compute. A prefetched FSDP collective runs on its own stream beside all of it,
+    recomputation): the compute of each pass plus what the stream waits for in the open during it
+    (exposed TP, EP and CP communication, the busiest EP rank's extra; ``waits_fwd_s`` the forward's,
+    the rest the backward's). A prefetched FSDP collective runs on its own stream beside all of it,
     so this, not the compute alone, is what hides it: where faster compute exposes more TP traffic, the
-    window the FSDP gathers hide behind shrinks only by what the step actually saves."""
-    bwd = st.bwd_s + st.recompute_s
-    compute = st.fwd_s + bwd
-    stalled = st.tp_s + st.ep_s + st.cp_s + st.moe_imbalance_s
-    share = where(compute > 0, stalled / maximum(compute, 1e-300), 0.0)
-    return st.fwd_s * (1 + share), bwd * (1 + share)
+    window the FSDP gathers hide behind shrinks only by what the pass actually saves."""
+    waits = st.tp_s + st.ep_s + st.cp_s + st.moe_imbalance_s
+    return st.fwd_s + st.waits_fwd_s, st.bwd_s + st.recompute_s + waits - st.waits_fwd_s
 
 
-def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0):
+def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0, root_gather=0.0,
+                 root_reduce=0.0):
     """Exposed FSDP/ZeRO-3 time of one micro-batch. The framework gathers each of ``units`` units
     (a layer; a parameter group in DeepSpeed) before its forward and again before its backward, and
     reduce-scatters its gradients after its backward (``gather``, ``reduce``: totals over the units of
@@ -345,14 +350,27 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     L (a + r) + c_b (backward): the NIC, shared by the all-gather and reduce-scatter streams, sets the
     pace. Without prefetch every collective is exposed. What hides slows the compute beneath it by
     ``OVERLAP_SLOWDOWN`` per second hidden, on the pass's critical path (the replay adds it at the end
-    of each pass)."""
+    of each pass).
+
+    ``root_gather``, ``root_reduce`` (> 0 where the stage holds the root unit: the embedding, final norm
+    and head, which torchtitan wraps together with the root module's fully_shard, parallelize.py
+    apply_fsdp): the root unit's own collectives, which are not one L-th of the pass's (Llama 3 8B:
+    2 x 128256 x 4096 = 1.05B parameters against 218M per layer). The root is the unit each pass meets
+    first (its pre-forward hook gathers it before the embedding runs; the head's backward is the
+    first), so its gather stands in the formulas' first a, and its reduce-scatter in the exposed r;
+    the other L - 1 units share the rest alike. (FSDP2 keeps the root unsharded after the forward,
+    _fsdp_state.py _lazy_init; the graph re-gathers every unit in the backward, and so does this.)"""
     L = maximum(units, 1)
-    a, r = gather / L, reduce / L
+    rest = maximum(L - 1, 1)
+    a0 = where(root_gather > 0, root_gather, gather / L)     # the first unit's
+    r0 = where(root_gather > 0, root_reduce, reduce / L)
+    a = where(L > 1, (gather - a0) / rest, 0.0)               # each of the other units'
+    r = where(L > 1, (reduce - r0) / rest, 0.0)
     window = FSDP_PREFETCH_UNITS
     cf = window * maximum(fwd_s - cp_hidden_fwd, 0.0) / L
     cb = window * maximum(bwd_s - cp_hidden_bwd, 0.0) / L
-    fwd = a + (L - 1) * maximum(0.0, a - cf)
-    bwd = a + r + (L - 1) * maximum(0.0, a + r - cb)
+    fwd = a0 + (L - 1) * maximum(0.0, a - cf)
+    bwd = a0 + r0 + (L - 1) * maximum(0.0, a + r - cb)
     total = 2 * gather + reduce
     exposed = minimum(fwd + bwd, total)
     # the hidden collectives slow the compute they run beside (schedule.overlap_compute_slowdown)
@@ -416,7 +434,8 @@ def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
     is that of both stages' parameters."""
     out = StageTime(rank)
     for name in ("fwd_s", "bwd_s", "recompute_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
-                 "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s"):
+                 "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s",
+                 "waits_fwd_s", "cp_open_fwd_s", "cp_open_bwd_s"):
         setattr(out, name, (getattr(a, name) + getattr(b, name)) / 2)
     for name in ("dp_sync_s", "param_gather_s", "optimizer_s", "step_copies_s"):
         setattr(out, name, getattr(a, name) + getattr(b, name))
