@@ -17,19 +17,10 @@ from clustertwin.cost.profile import default_profile
 from clustertwin.specs.framework import get_framework
 from clustertwin.specs.plan import make_plan, parse_plan
 from clustertwin.validate.runs import job_from_row, read_runs
-from clustertwin.workload.transformer import LayerContext, layer_ops
+from clustertwin.workload.transformer import layer_ops
+from layer_contexts import qwen3_moe_ctx as _ctx
 
 REPLAY = value("host.cuda_graph_replay_s")
-
-
-def _ctx(**kw) -> LayerContext:
-    base = dict(micro_batch=1, seq_len=4096, tokens=4096, hidden=2048, heads=32, kv_heads=4, qk_head_dim=128,
-                v_head_dim=128, ffn=768, tp=1, cp=1, sp=False, gated=True, norm="rmsnorm", rope=True, bias=False,
-                dropout=False, attention_kernel="flash", gemm_dtype="bf16", act_bytes=2, fused_bias_act=True,
-                fused_residual=True, fused_rope=True, experts_local=16, top_k=8, ep=8, expert_ffn=768,
-                num_experts=128, moe_dispatcher="alltoall")
-    base.update(kw)
-    return LayerContext(**base)
 
 
 def _pricer(scope=None) -> ComputePricer:

@@ -11,23 +11,14 @@ import clustertwin as ct
 from clustertwin.errors import PlanError
 from clustertwin.specs.plan import make_plan
 from clustertwin.validate.runs import job_from_row, read_runs
-from clustertwin.workload.transformer import LayerContext, layer_ops
+from clustertwin.workload.transformer import layer_ops
+from layer_contexts import qwen3_moe_ctx as _ctx
 
 HEADER = ("run_id,source,source_url,model,arch,layers,hidden,heads,kv_heads,ffn_hidden,vocab,seq_len,moe_experts,"
           "moe_topk,gpu,num_gpus,gpus_per_node,tp,pp,vpp,dp,cp,ep,sp,zero_stage,recompute,micro_batch,global_batch,"
           "precision,framework,metric,value,notes,moe_capacity_factor,moe_pad_to_capacity\n")
 ROW = ("moe,t,,m,mixtral,4,1024,8,8,2048,32000,2048,8,2,h100-sxm,8,8,1,1,,8,1,8,0,1,none,1,64,"
        "bf16,megatron,iteration_time_s,1.0,")
-
-
-def _ctx(**kw) -> LayerContext:
-    base = dict(micro_batch=1, seq_len=4096, tokens=4096, hidden=2048, heads=32, kv_heads=4, qk_head_dim=128,
-                v_head_dim=128, ffn=768, tp=1, cp=1, sp=False, gated=True, norm="rmsnorm", rope=True, bias=False,
-                dropout=False, attention_kernel="flash", gemm_dtype="bf16", act_bytes=2, fused_bias_act=True,
-                fused_residual=True, fused_rope=True, experts_local=16, top_k=8, ep=8, expert_ffn=768,
-                num_experts=128, moe_dispatcher="alltoall")
-    base.update(kw)
-    return LayerContext(**base)
 
 
 def test_padded_layer_neither_gathers_nor_reads_back_the_counts():

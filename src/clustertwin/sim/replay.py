@@ -617,16 +617,7 @@ def overlap_s(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> flo
     >>> overlap_s([(0, 2), (1, 3)], [(2.5, 4), (0, 0.5)])
     1.0
     """
-    def merged(iv: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        out: list[tuple[float, float]] = []
-        for x, y in sorted(iv):
-            if out and x <= out[-1][1]:
-                out[-1] = (out[-1][0], max(out[-1][1], y))
-            elif y > x:
-                out.append((x, y))
-        return out
-
-    ma, mb = merged(a), merged(b)
+    ma, mb = _merged(a), _merged(b)
     i = j = 0
     tot = 0.0
     while i < len(ma) and j < len(mb):
