@@ -110,7 +110,7 @@ def perfetto_trace(result: SimResult, ranks: list[int] | None = None, detail: st
     for order, g in enumerate(shown):
         sim_rank, member = result.rank_for(g)
         pid = g
-        label = f"rank {g} (stage {sim_rank.stage}"
+        label = f"rank {g} (stage{'s' if sim_rank.stages else ''} {sim_rank.stage_label}"
         if result.slow_rank is not None:
             label += ", slow GPU" if g == result.slow_rank else f", {sim_rank.replica} replica"
         label += ")"

@@ -545,7 +545,7 @@ def sim_tables(result: "SimResult", predicted_step_time_s: float, memory: Any = 
     rrows = []
     for x in result.ranks:
         s = x.summary()
-        rrows.append([str(x.rank), str(x.stage), x.replica + (" (slow GPU)" if x.rank == result.slow_rank else ""),
+        rrows.append([str(x.rank), x.stage_label, x.replica + (" (slow GPU)" if x.rank == result.slow_rank else ""),
                       f"{x.represents:,}", format_duration(s["compute_busy_s"] + s["optimizer_s"]),
                       format_duration(s["idle_s"]), format_duration(s["end_s"] - s["last_backward_end_s"]),
                       format_duration(s["end_s"])])

@@ -144,6 +144,8 @@ def build_dualpipe(rep) -> None:
     s_comm = DUALPIPE_COMM_SMS / rep.graph.job.cluster.gpu.sm_count
     ranks = rep.ranks
     stage_of = {(r, 0): r for r in range(p)} | {(r, 1): p - 1 - r for r in range(p)}
+    for r in range(p):      # the labels (sim's table, Perfetto's process names) show both stages
+        ranks[r].stages = tuple(sorted({r, p - 1 - r}))
 
     layers: dict[tuple, list] = {}
 

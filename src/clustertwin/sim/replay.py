@@ -122,6 +122,12 @@ class SimRank:
     represents: int
     factors: tuple[float, ...] = (1.0,)   # slowdown of its TP x CP group members (slow GPU first)
     tasks: list[MacroTask] = field(default_factory=list)
+    stages: tuple[int, ...] = ()      # DualPipe: the two stages the rank holds (r and p-1-r); () = (stage,)
+
+    @property
+    def stage_label(self) -> str:
+        """The stage(s) the rank runs: "1" or, under DualPipe, "1+2"."""
+        return "+".join(str(s) for s in (self.stages or (self.stage,)))
 
     @property
     def end_s(self) -> float:
@@ -195,8 +201,8 @@ class SimResult:
             "ranks_total": self.job.cluster.num_gpus,
             "tasks_simulated": self.tasks_simulated,
             "plan": plan.short(),
-            "ranks": [{"rank": r.rank, "stage": r.stage, "replica": r.replica, "represents": r.represents,
-                       **r.summary()} for r in self.ranks],
+            "ranks": [{"rank": r.rank, "stage": r.stage, **({"stages": list(r.stages)} if r.stages else {}),
+                       "replica": r.replica, "represents": r.represents, **r.summary()} for r in self.ranks],
         }
 
 
