@@ -1,7 +1,8 @@
 """Chakra execution traces of one iteration: one file per rank, ``DIR/<name>.<rank>.et``, in the
 MLCommons Chakra schema (``mlc-chakra``, the ``[chakra]`` extra), for ASTRA-sim to replay.
 
-What each rank's trace holds, in the order the rank runs it (Megatron's 1F1B / interleaved 1F1B):
+What each rank's trace holds, in the order the rank runs it (Megatron's 1F1B / interleaved 1F1B, or
+DeepSeek's DualPipe, where rank r runs stages r and p-1-r: ``_dualpipe_templates``):
 - compute nodes (COMP_NODE): the ops of a block merged along chains, as ASTRA-sim wants no
   sub-microsecond kernels; each carries its duration (the Pricer's, in whole microseconds, rounded
   so the rank's total stays exact), FLOPs (``num_ops``) and bytes moved (``tensor_size``);
@@ -40,7 +41,9 @@ import numpy as np
 
 from ..calibrate.profile import profile_for
 from ..errors import ClusterTwinError, DataError
-from ..schedule.step import Pricer, refuse_dualpipe, refuse_ep_overlap
+from ..errors import PlanError
+from ..schedule.step import DUALPIPE_COMM_SMS, Pricer, refuse_ep_overlap, runs_dualpipe
+from ..sim.dualpipe import dualpipe_order
 from ..sim.layout import Segment, StageDP, block_of, chunk_segments, segment_weight
 from ..sim.program import Program, build_program
 from ..sim.schedule import next_virtual, stage_order
@@ -416,10 +419,11 @@ class ChakraExport:
 def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[_Template]:
     """One template per pipeline stage: the nodes every rank of that stage runs."""
     pb = _pb()
-    refuse_dualpipe(graph.plan, graph.framework, "the Chakra exporter")
     refuse_ep_overlap(graph.plan, graph.framework, "the Chakra exporter")
     pricer = pricer or Pricer(graph, profile_for(graph.job.cluster.gpu))
     plan = graph.plan
+    if runs_dualpipe(getattr(plan, "pp_schedule", None), graph.framework, plan.pp, plan.vpp):
+        return _dualpipe_templates(graph, pricer, pb)
     p, v, m = plan.pp, plan.vpp, graph.num_microbatches
     tp, overlap_tp = plan.tp, bool(plan.overlap_tp_comm)
     sizes = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep).sizes()
@@ -585,6 +589,200 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
             gathered = [dp_node(op.name, op, 1.0, frontier) for op in dpw.gather_ops]
             for op in dpw.copies("step"):      # FSDP2 gathering once per step: copied out into the parameters
                 frontier = [t.compute(op.name, pricer.time(op), 0.0, op.bytes, frontier + gathered)]
+        templates.append(t)
+    return templates
+
+
+def _dualpipe_templates(graph: WorkloadGraph, pricer: Pricer, pb) -> list[_Template]:
+    """One template per pipeline rank of a DualPipe plan (DeepSeek-V3 report Sec. 3.2.1; sim/dualpipe.py):
+    rank r holds stages r (direction 0, entering at rank 0) and p-1-r (direction 1, entering at rank
+    p-1) and runs the reference implementation's order (``dualpipe_order``, the one the replay runs).
+
+    - a chunk is its layers' block programs as nodes (compute merged along chains, TP/EP collectives
+      as collective nodes: the EP all-to-alls on the EP group's ``pg_name``); a backward with its
+      weight gradients deferred (zero bubble) leaves its ``.wgrad`` kernels out, written later as the
+      W nodes of that chunk, layer by layer;
+    - an overlapped pair (forward of one direction, backward of the other) is the two chunks as two
+      dependency chains from the same point, joined at their ends: ASTRA-sim runs one compute node at a
+      time and the communication beside it, so each chain's all-to-alls run under the other's compute;
+      the SMs those all-to-alls take (``DUALPIPE_COMM_SMS``, Sec. 3.2.2) are one compute node at the join
+      of that share of their seconds, as the replay charges them;
+    - pipeline transfers: a send after the chunk's last node, to rank r+1 for the forward of direction 0
+      and the backward of direction 1 (their ``fwd`` peer), to r-1 for the other two; a receive before
+      a chunk that does not enter the pipeline at this rank. Tags (micro-batch, direction, phase)
+      match each send to its receive;
+    - once per step: each stage's gradient buckets after its last backward or W, then both stages'
+      optimizers, ZeRO's parameter all-gathers gating the first forwards (overlap_param_gather) or
+      after the optimizer."""
+    plan = graph.plan
+    p, m = plan.pp, graph.num_microbatches
+    if plan.zero_stage >= 3 or any(sg.microbatch_dp_ops for sg in graph.stages):
+        raise PlanError("plan.zero", "the Chakra exporter does not write FSDP under DualPipe", "set zero=1 or zero=2")
+    if m % 2 or m < 2 * p:
+        raise PlanError("global_batch", f"DualPipe needs an even number of micro-batches, at least 2 x pp = {2 * p} "
+                        f"(this plan has {m})", "raise the global batch or lower the pipeline depth")
+    h = m // 2
+    tp, overlap_tp = plan.tp, bool(plan.overlap_tp_comm)
+    sizes = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep).sizes()
+    segments = chunk_segments(graph)
+    roof = Roofline.of(graph)
+    programs: dict[tuple, tuple[Program, _Fragment]] = {}
+
+    def frag(stage: int, block: str, ph: str) -> tuple[Program, _Fragment]:
+        b = block_of(graph.stages[stage], block)
+        ops = b.fwd if ph == "F" else b.recompute + b.bwd
+        key = (id(ops) if ph == "F" else (id(b.recompute), id(b.bwd)), ph)
+        if key not in programs:
+            prog = build_program(ops, pricer, tp, overlap_tp)
+            programs[key] = (prog, _fragment(prog))
+        return programs[key]
+
+    def p2p_bytes(stage: int, ph: str) -> float:
+        what = "activation" if ph == "F" else "gradient"
+        return {o.name: o for o in graph.stages[stage].p2p}[f"pp.{what}.chunk0"].comm_bytes
+
+    def toward(ph: str, d: int) -> str:
+        """The per-rank peer fields a chunk's transfers use: "fwd" sends to r+1 and receives from r-1,
+        "bwd" the reverse (_rank_fields)."""
+        return "fwd" if (ph == "F") == (d == 0) else "bwd"
+
+    def enters(r: int, ph: str, d: int) -> bool:
+        first = (0 if d == 0 else p - 1) if ph == "F" else (p - 1 if d == 0 else 0)
+        return r == first
+
+    def tag(ph: str, d: int, k: int) -> int:
+        return (k * 2 + d) * 2 + (0 if ph == "F" else 1)
+
+    templates = []
+    for r in range(p):
+        t = _Template(pb, roof)
+        stage_of = {0: r, 1: p - 1 - r}
+        stages = sorted(set(stage_of.values()))
+        dps = {st: StageDP.of(graph.stages[st], segments[st], plan) for st in stages}
+        dp_last: list[int] = []
+
+        def dp_node(name: str, op: Op, share: float, deps) -> int:
+            nid = t.collective(name, op, share, sizes[op.group], deps, ctrl=dp_last[-1:])
+            dp_last[:] = [nid]
+            return nid
+
+        gate: dict[tuple[int, int], int] = {}
+        for st in stages:
+            if dps[st].gate:
+                for op, _, b in dps[st].gather_order(1):
+                    nid = dp_node(f"{op.name}.s{st}", op, b.share, ())
+                    for si in range(b.first, b.last + 1):
+                        gate[(st, si)] = nid
+        counter = {(ph, d): 0 for ph in "FB" for d in (0, 1)}
+        deferred: list[tuple[int, str, list[tuple[str, float, float, float]]]] = []
+        grad_done: dict[int, int] = {}          # stage -> the node that last wrote its weight gradients
+        last: list[int] = []
+
+        a2a_s = [0.0]      # the all-to-all seconds of the chunks emitted (for the pairs' SM share)
+
+        def chain(ph: str, d: int, zb: bool, start: list[int]) -> list[int]:
+            """A chunk's nodes after ``start``: [its last node]."""
+            stage = stage_of[d]
+            k = counter[(ph, d)]
+            counter[(ph, d)] += 1
+            name = f"{ph}{d}.{k}"
+            entry = list(start)
+            if not enters(r, ph, d):
+                q = r - 1 if toward(ph, d) == "fwd" else r + 1          # the sending rank
+                entry.append(t.p2p(False, f"recv.{name}", p2p_bytes(q if d == 0 else p - 1 - q, ph),
+                                   tag(ph, d, k), toward(ph, d), start))
+            segs = segments[stage][0]
+            idxs = list(range(len(segs))) if ph == "F" else list(range(len(segs) - 1, -1, -1))
+            ws = []
+            for q, si in enumerate(idxs):
+                s = segs[si]
+                prog, fr = frag(stage, s.block, ph)
+                if ph == "F" and k == 0 and (stage, si) in gate:
+                    entry.append(gate[(stage, si)])
+                ids: list[int] = []
+                joins: dict[int, list[int]] = {}
+                w = [0.0, 0.0, 0.0]
+                for kind, steps, deps, is_entry in fr.nodes:
+                    node_deps = [ids[x] for x in deps] + (entry if is_entry else [])
+                    node_deps += [c for x in node_deps for c in joins.get(x, ())]
+                    first = prog.steps[steps[0]]
+                    label = f"{name}.{s.label}.{first.op.name}" + (f"+{len(steps) - 1}" if len(steps) > 1 else "")
+                    if kind == "comp":
+                        keep = []
+                        for x in steps:
+                            st_ = prog.steps[x]
+                            if zb and st_.op.name.endswith(".wgrad"):   # deferred to this chunk's W
+                                w[0] += st_.duration_s
+                                w[1] += st_.op.flops * st_.fraction
+                                w[2] += st_.op.bytes * st_.fraction
+                            else:
+                                keep.append(st_)
+                        ids.append(t.compute(label, sum(x.duration_s for x in keep),
+                                             sum(x.op.flops * x.fraction for x in keep),
+                                             sum(x.op.bytes * x.fraction for x in keep), node_deps))
+                    elif first.part == "exposed":    # TP overlap, as in the 1F1B templates
+                        beside = [x for x in node_deps if t.nodes[x].type == pb.COMM_COLL_NODE
+                                  and t.nodes[x].name.endswith(".o")]
+                        ids.append(t.compute(label + ".x", first.duration_s, 0.0, 0.0,
+                                             [x for x in node_deps if x not in beside]))
+                        if beside:
+                            joins[ids[-1]] = beside
+                    else:
+                        whole = first.part == "overlapped"
+                        if first.op.group == "ep":
+                            a2a_s[0] += first.duration_s
+                        ids.append(t.collective(label + (".o" if whole else ""), first.op,
+                                                1.0 if whole else first.fraction, sizes[first.op.group], node_deps))
+                entry = [ids[x] for x in fr.exits]
+                entry += [c for x in entry for c in joins.get(x, ()) if c not in entry]
+                if zb and w[0] > 0:
+                    ws.append((f"W{d}.{k}.{s.label}", *w))
+            end = entry
+            if len(end) > 1:
+                end = [t.compute(f"{name}.end", 0.0, 0.0, 0.0, end)]
+            if ph == "B":
+                if zb:
+                    deferred.append((stage, name, ws))
+                else:
+                    grad_done[stage] = end[0]
+            last_rank = (p - 1 if d == 0 else 0) if ph == "F" else (0 if d == 0 else p - 1)
+            if r != last_rank:
+                t.p2p(True, f"send.{name}", p2p_bytes(stage, ph), tag(ph, d, k), toward(ph, d), end)
+            return end
+
+        for item in dualpipe_order(p, r, h):
+            if item[0] == "F":
+                last = chain("F", item[1], False, last)
+            elif item[0] == "B":
+                last = chain("B", item[1], item[2], last)
+            elif item[0] == "FB":
+                a2a_s[0] = 0.0
+                a = chain("F", item[1], False, last)
+                b = chain("B", item[2], False, last)
+                # the pair's all-to-alls take DUALPIPE_COMM_SMS of the SMs while they run beside the other
+                # chunk's compute (report Sec. 3.2.2), which runs slower by that share for as long as they
+                # run (the replay's charge): one compute node before the pair's end
+                share = DUALPIPE_COMM_SMS / graph.job.cluster.gpu.sm_count
+                last = [t.compute(f"F{item[1]}+B{item[2]}.sm_share", share * a2a_s[0], 0.0, 0.0, a + b)]
+            else:
+                stage, name, ws = deferred.pop(0)
+                for label, dur, flops, nbytes in ws:
+                    last = [t.compute(label, dur, flops, nbytes, last)]
+                grad_done[stage] = last[0]
+        grads: list[int] = []
+        for stage in sorted(stages, key=lambda st: grad_done[st]):      # in the order the stages finish
+            dpw = dps[stage]
+            for op, _, b in dpw.grad_order((("B", 0, 0),), 1):
+                grads.append(dp_node(f"{op.name}.s{stage}", op, b.share, [grad_done[stage]]))
+        for stage in stages:
+            op = dps[stage].optimizer
+            if op is not None:
+                last = [t.compute(f"optimizer.adam.s{stage}", pricer.time(op), op.flops, op.bytes,
+                                  last + grads[-1:])]
+        for stage in stages:
+            if dps[stage].gather_ops and not dps[stage].gate:
+                for op in dps[stage].gather_ops:
+                    dp_node(f"{op.name}.s{stage}", op, 1.0, last)
         templates.append(t)
     return templates
 

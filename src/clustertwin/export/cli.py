@@ -96,7 +96,7 @@ def trace(job: JobOptions, profile: Optional[Path],
             console.print(f"wrote {res.files:,} stage templates for {res.ranks:,} ranks ({res.bytes_written / 1e6:,.1f} MB)"
                           f" to {res.directory}/{res.name}.stage<i>.ctet in {res.seconds:.1f} s; per-rank files: "
                           f"clustertwin trace-expand {res.directory} --name {res.name} [--ranks 0-7] [--out DIR]")
-        console.print(f"nodes per rank by stage: {', '.join(f'{n:,}' for n in res.nodes_per_stage)}")
+        console.print(f"nodes per rank by pipeline position: {', '.join(f'{n:,}' for n in res.nodes_per_stage)}")
         console.print(f"ASTRA-sim: configs and the command in {res.directory}/{res.name}.README.md")
         return
     if fmt == TraceFormat.perfetto:
