@@ -1061,7 +1061,10 @@ class _Layout:
         for group, params, size in (("dp_cp", take(self.dense[k]), take(self.dp_cp)),
                                     ("edp", take(self.expert[k]), take(self.edp))):
             sharded = params * (size > 1)
-            for _name, phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step):
+            # the root unit (``fsdp_units``), not copied out again in the backward
+            root = take(self.embedding[k]) * (size > 1) if group == "dp_cp" and (cls.is_first or cls.is_last) else 0.0
+            for _name, phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step,
+                                                                       root):
                 t = pr._memory_bound._memory_time(nbytes, "elementwise") + pr.fw.kernel_gap_s * kernels
                 t = t * (sharded > 0)     # no kernels where the group holds nothing sharded
                 total = total + t
