@@ -54,3 +54,10 @@ def test_memory_holds_the_root_gathered_beside_two_layer_units():
                          embedding=emb)
         churn = 0.0 if fw.contiguous_param_grad_buffers else fw.allocator_overhead * (m["weights"] + m["gradients"])
         assert m["other"] - fw.base_memory_bytes - churn == pytest.approx(2 * (emb + 2 * 100))
+
+
+def test_deepspeed_zero3_still_regathers_every_unit():
+    """DeepSpeed's ZeRO-3 is not FSDP2: its backward gathers as much as its forward (fsdp_keeps_root)."""
+    ops = {op.name: op for op in build_graph(_tiny(framework="deepspeed-zero3@2021")).stages[0].microbatch_dp_ops
+           if op.is_comm}
+    assert ops["fsdp.param_all_gather.bwd.dp_cp"].comm_bytes == ops["fsdp.param_all_gather.fwd.dp_cp"].comm_bytes

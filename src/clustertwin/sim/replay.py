@@ -41,7 +41,7 @@ from ..calibrate.profile import profile_for
 from ..errors import PlanError
 from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle, refuse_ep_overlap, runs_dualpipe
 from ..specs import TrainingJob
-from ..workload.graph import WorkloadGraph, build_graph
+from ..workload.graph import WorkloadGraph, build_graph, fsdp_keeps_root
 from ..workload.ops import Op, Phase
 from .dualpipe import build_dualpipe
 from .engine import Engine
@@ -474,8 +474,8 @@ class _Replay:
         compute stream of rank ``r`` after ``deps``; the last task added (None: none)."""
         tid = None
         for op in ops:
-            total = sum(fsdp_weight(x, op) for x in self.all_segments(r.stage))
-            w = fsdp_weight(s, op)
+            total = sum(fsdp_weight(x, op, self.graph.framework) for x in self.all_segments(r.stage))
+            w = fsdp_weight(s, op, self.graph.framework)
             if w <= 0 or total <= 0:
                 continue
             share = w / total
@@ -497,8 +497,8 @@ class _Replay:
         for op in fsdp:
             if op.collective != "all_gather" or (op.phase.value != want and not any_phase):
                 continue
-            total = sum(fsdp_weight(x, op) for x in self.all_segments(ranks[0].stage))
-            w = fsdp_weight(s, op)
+            total = sum(fsdp_weight(x, op, self.graph.framework) for x in self.all_segments(ranks[0].stage))
+            w = fsdp_weight(s, op, self.graph.framework)
             if w <= 0 or total <= 0:
                 continue
             if q >= ahead:
@@ -668,11 +668,11 @@ def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, 
     return SimResult(job, graph, step, rep.ranks, slow_rank, slowdown, len(rep.e), base)
 
 
-def fsdp_weight(s: Segment, op) -> float:
+def fsdp_weight(s: Segment, op, fw) -> float:
     """A segment's share weight of a stage-wide FSDP op: its parameters in the op's group, save that
     the backward's re-gather and its copy-out skip the root unit (embedding and head: the segments
-    of no layer), which FSDP2 keeps gathered from the forward (workload.graph.fsdp_units)."""
-    if s.layer < 0 and op.phase == Phase.BWD and (op.collective == "all_gather"
+    of no layer), which FSDP2 keeps gathered from the forward (workload.graph.fsdp_units, fsdp_keeps_root)."""
+    if fsdp_keeps_root(fw) and s.layer < 0 and op.phase == Phase.BWD and (op.collective == "all_gather"
                                                   or op.name.startswith("fsdp2.copy_out")):
         return 0.0
     return segment_weight(s, op.group)

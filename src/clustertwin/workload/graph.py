@@ -347,6 +347,13 @@ def fsdp_units(n_dense: int, n_moe: int, ends: bool) -> dict[str, int]:
     return {"dp_cp": n_dense + n_moe + int(ends), "edp": max(1, n_moe)}
 
 
+def fsdp_keeps_root(fw: FrameworkProfile) -> bool:
+    """Whether the framework's ZeRO-3 is PyTorch FSDP2 (fully_shard: the stacks marked ``fsdp2_copies``),
+    which keeps the root unit gathered from the forward to the end of the backward (``fsdp_units``).
+    DeepSpeed's ZeRO-3 releases and re-fetches by its own reuse-distance rules, not modelled here."""
+    return fw.fsdp2_copies
+
+
 def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: StageParams,
             units: dict[str, int]) -> tuple[tuple[Op, ...], tuple[Op, ...]]:
     """Gradient synchronisation, ZeRO gathers, FSDP2's copies and the optimizer step of one rank of a stage."""
@@ -364,7 +371,8 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
         if n <= 0 or size <= 1:
             continue
         # the root unit (embedding, final norm and head: ``fsdp_units``) is gathered in the forward only
-        root = params.embedding if group == "dp_cp" and plan.zero_stage >= 3 and not per_step else 0.0
+        root = (params.embedding if group == "dp_cp" and plan.zero_stage >= 3 and not per_step and fsdp_keeps_root(fw)
+                else 0.0)
         for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, per_step):
             held = n - root if name == "fsdp.param_all_gather.bwd" else n
             if held <= 0:
