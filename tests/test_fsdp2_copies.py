@@ -33,6 +33,7 @@ def _tiny(**kw):
 
 
 TINY_PARAMS = 2 * (256 * 256 + 2 * 256 * 128 + 256 * 256 + 3 * 256 * 512 + 2 * 256) + 256 + 2 * 1024 * 256
+TINY_ROOT = 2 * 1024 * 256      # the root unit's embedding and head (its final norm is counted with the layers)
 
 
 def _copies(ops):
@@ -47,12 +48,17 @@ def test_graph_carries_the_copies_with_their_bytes_by_hand():
     gb = get_framework("torchtitan").grad_reduce_bytes
     assert gb == 4
     # copy-out: read and write one bf16 element per parameter; copy-in: read bf16, write the fp32 buffer
-    assert ops["fsdp2.copy_out.fwd.dp_cp"].bytes == ops["fsdp2.copy_out.bwd.dp_cp"].bytes == TINY_PARAMS * 4
+    # the backward copies out the two layer units only: the root (embedding, head) stays gathered from
+    # the forward (FSDP2 does not reshard the root after the forward)
+    assert ops["fsdp2.copy_out.fwd.dp_cp"].bytes == TINY_PARAMS * 4
+    assert ops["fsdp2.copy_out.bwd.dp_cp"].bytes == (TINY_PARAMS - TINY_ROOT) * 4
     assert ops["fsdp2.copy_in.dp_cp"].bytes == TINY_PARAMS * (2 + 4)
-    assert sum(op.bytes for op in ops.values()) == pytest.approx(fsdp2_copy_bytes(TINY_PARAMS, 2, gb))
+    assert sum(op.bytes for op in ops.values()) == pytest.approx(fsdp2_copy_bytes(TINY_PARAMS, 2, gb) - TINY_ROOT * 4)
     for op in ops.values():
         assert op.kind == OpKind.ELEMENTWISE and not op.is_comm and op.stream.value == "compute"
-        assert op.kernels == 3          # a kernel per FSDP unit: two layers, and the root (embedding, head)
+    # a kernel per FSDP unit: two layers, and the root (embedding, head), which the backward skips
+    assert ops["fsdp2.copy_out.fwd.dp_cp"].kernels == ops["fsdp2.copy_in.dp_cp"].kernels == 3
+    assert ops["fsdp2.copy_out.bwd.dp_cp"].kernels == 2
     assert ops["fsdp2.copy_out.fwd.dp_cp"].phase == Phase.FWD
     assert ops["fsdp2.copy_in.dp_cp"].phase == Phase.BWD
     assert not _copies(g.stages[0].step_ops)

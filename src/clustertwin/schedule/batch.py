@@ -35,7 +35,7 @@ from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at,
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan, ep_overlap_layout
-from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_units, layer_context, optimizer_traffic,
+from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_keeps_root, fsdp_units, layer_context, optimizer_traffic,
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
@@ -861,7 +861,8 @@ class _Layout:
                     busy_fwd = st.cp_hidden_fwd_s + base.cp_open_fwd_s * cp_shares_link + pp_nic
                     busy_bwd = st.cp_hidden_bwd_s + base.cp_open_bwd_s * cp_shares_link + pp_nic
                     st.fsdp_s = exposed_fsdp(ag, rs, units, fwd_wall + copies_fwd, bwd_wall + copies - copies_fwd,
-                                             opg, busy_fwd, busy_bwd, ag_root, rs_root) + copies
+                                             opg, busy_fwd, busy_bwd, ag_root, rs_root,
+                                             fsdp_keeps_root(self.pr.fw)) + copies
                     stage_times.append(st)
                 params_of = params_rows
                 if self.dualpipe:   # the ranks, each holding two stages
@@ -1061,7 +1062,11 @@ class _Layout:
         for group, params, size in (("dp_cp", take(self.dense[k]), take(self.dp_cp)),
                                     ("edp", take(self.expert[k]), take(self.edp))):
             sharded = params * (size > 1)
-            for _name, phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step):
+            # the root unit (``fsdp_units``), not copied out again in the backward
+            root = (take(self.embedding[k]) * (size > 1)
+                    if group == "dp_cp" and (cls.is_first or cls.is_last) and fsdp_keeps_root(pr.fw) else 0.0)
+            for _name, phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step,
+                                                                       root):
                 t = pr._memory_bound._memory_time(nbytes, "elementwise") + pr.fw.kernel_gap_s * kernels
                 t = t * (sharded > 0)     # no kernels where the group holds nothing sharded
                 total = total + t

@@ -278,8 +278,12 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         other += where(maximum(dp_cp, edp) > 1, 2 * (dense + expert), 0.0)
         grads = grads + where(maximum(dp_cp, edp) > 1, fw.grad_reduce_bytes * (dense + expert), 0.0)
     elif z >= 3:  # FSDP: the gathered 16-bit weights of the unit in use and the one prefetched
+        # beside the root unit (embedding, final norm, head), which FSDP2 keeps gathered from the forward
+        # to the end of the backward (workload.graph.fsdp_units: _fsdp_state.py FSDPState._lazy_init),
+        # so it is held at the activations' peak, the start of the backward, with two layer units (stacks
+        # running FSDP2, marked fsdp2_copies: workload.graph.fsdp_keeps_root)
         layer = (dense - embedding + expert) / max(1, layers_dense + layers_moe)
-        gathered = 2 * maximum(2 * layer, layer + embedding)
+        gathered = 2 * (2 * layer + embedding) if fw.fsdp2_copies else 2 * maximum(2 * layer, layer + embedding)
         other += where(maximum(dp_cp, edp) > 1, gathered, 0.0)  # nothing is sharded without a DP group
     elif not fw.master_in_optimizer and not fp32:  # autocast keeps 16-bit copies of the weights in use
         other += 2 * (dense + expert)

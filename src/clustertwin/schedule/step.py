@@ -332,7 +332,7 @@ def pass_walls(st: StageTime):
 
 
 def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0, root_gather=0.0,
-                 root_reduce=0.0):
+                 root_reduce=0.0, root_kept=True):
     """Exposed FSDP/ZeRO-3 time of one micro-batch. The framework gathers each of ``units`` units
     (a layer; a parameter group in DeepSpeed) before its forward and again before its backward, and
     reduce-scatters its gradients after its backward (``gather``, ``reduce``: totals over the units of
@@ -358,8 +358,12 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     2 x 128256 x 4096 = 1.05B parameters against 218M per layer). The root is the unit each pass meets
     first (its pre-forward hook gathers it before the embedding runs; the head's backward is the
     first), so its gather stands in the formulas' first a, and its reduce-scatter in the exposed r;
-    the other L - 1 units share the rest alike. (FSDP2 keeps the root unsharded after the forward,
-    _fsdp_state.py _lazy_init; the graph re-gathers every unit in the backward, and so does this.)"""
+    the other L - 1 units share the rest alike. FSDP2 keeps the root unsharded after the forward
+    (``fsdp_units``: _fsdp_state.py FSDPState._lazy_init; ``root_kept``: a stack running FSDP2,
+    workload.graph.fsdp_keeps_root), so the backward does not re-gather it:
+        backward with a root: r0 + (L - 1) max(0, a + r - c_b)
+    (the first layer unit's backward gather is prefetched by the root's pre-backward hook, under the
+    head's backward), and the pass's collectives total 2 gather - a0 + reduce."""
     L = maximum(units, 1)
     rest = maximum(L - 1, 1)
     a0 = where(root_gather > 0, root_gather, gather / L)     # the first unit's
@@ -370,8 +374,9 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     cf = window * maximum(fwd_s - cp_hidden_fwd, 0.0) / L
     cb = window * maximum(bwd_s - cp_hidden_bwd, 0.0) / L
     fwd = a0 + (L - 1) * maximum(0.0, a - cf)
-    bwd = a0 + r0 + (L - 1) * maximum(0.0, a + r - cb)
-    total = 2 * gather + reduce
+    has_root = logical_and(root_gather > 0, root_kept)
+    bwd = where(has_root, 0.0, a0) + r0 + (L - 1) * maximum(0.0, a + r - cb)
+    total = 2 * gather - where(has_root, root_gather, 0.0) + reduce
     exposed = minimum(fwd + bwd, total)
     # the hidden collectives slow the compute they run beside (schedule.overlap_compute_slowdown)
     return where(overlap, exposed + OVERLAP_SLOWDOWN * (total - exposed), total)

@@ -41,8 +41,8 @@ from ..calibrate.profile import profile_for
 from ..errors import PlanError
 from ..schedule.step import OVERLAP_SLOWDOWN, Pricer, phase_host_idle, refuse_ep_overlap, runs_dualpipe
 from ..specs import TrainingJob
-from ..workload.graph import WorkloadGraph, build_graph
-from ..workload.ops import Op
+from ..workload.graph import WorkloadGraph, build_graph, fsdp_keeps_root
+from ..workload.ops import Op, Phase
 from .dualpipe import build_dualpipe
 from .engine import Engine
 from .layout import Segment, StageDP, block_of, chunk_segments, segment_weight
@@ -480,8 +480,8 @@ class _Replay:
         compute stream of rank ``r`` after ``deps``; the last task added (None: none)."""
         tid = None
         for op in ops:
-            total = sum(segment_weight(x, op.group) for x in self.all_segments(r.stage))
-            w = segment_weight(s, op.group)
+            total = sum(fsdp_weight(x, op, self.graph.framework) for x in self.all_segments(r.stage))
+            w = fsdp_weight(s, op, self.graph.framework)
             if w <= 0 or total <= 0:
                 continue
             share = w / total
@@ -503,8 +503,8 @@ class _Replay:
         for op in fsdp:
             if op.collective != "all_gather" or (op.phase.value != want and not any_phase):
                 continue
-            total = sum(segment_weight(x, op.group) for x in self.all_segments(ranks[0].stage))
-            w = segment_weight(s, op.group)
+            total = sum(fsdp_weight(x, op, self.graph.framework) for x in self.all_segments(ranks[0].stage))
+            w = fsdp_weight(s, op, self.graph.framework)
             if w <= 0 or total <= 0:
                 continue
             if q >= ahead:
@@ -672,3 +672,13 @@ def simulate(job: TrainingJob | WorkloadGraph, *, slow_rank: int | None = None, 
     if slow_rank is not None and baseline:
         base = simulate(graph, profile=profile).step_time_s
     return SimResult(job, graph, step, rep.ranks, slow_rank, slowdown, len(rep.e), base)
+
+
+def fsdp_weight(s: Segment, op, fw) -> float:
+    """A segment's share weight of a stage-wide FSDP op: its parameters in the op's group, save that
+    the backward's re-gather and its copy-out skip the root unit (embedding and head: the segments
+    of no layer), which FSDP2 keeps gathered from the forward (workload.graph.fsdp_units, fsdp_keeps_root)."""
+    if fsdp_keeps_root(fw) and s.layer < 0 and op.phase == Phase.BWD and (op.collective == "all_gather"
+                                                  or op.name.startswith("fsdp2.copy_out")):
+        return 0.0
+    return segment_weight(s, op.group)

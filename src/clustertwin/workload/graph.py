@@ -337,8 +337,21 @@ def _build_graph(job: TrainingJob, framework: FrameworkProfile | str | None = No
 def fsdp_units(n_dense: int, n_moe: int, ends: bool) -> dict[str, int]:
     """The FSDP units of a stage per parameter group: each layer is one (fully_shard per transformer
     block), the embedding, final norm and head together one more on a stage holding either (``ends``:
-    the root module's fully_shard); the routed experts one per MoE layer."""
+    the root module's fully_shard); the routed experts one per MoE layer. The root unit is gathered once
+    per micro-batch, before the forward, and kept gathered through the backward: PyTorch FSDP2 clears
+    the root's post-forward reshard (torch/distributed/fsdp/_fully_shard/_fsdp_state.py,
+    FSDPState._lazy_init: "For the root, do not reshard after forward since for training, the
+    parameters would be freed and all-gathered immediately", ``fsdp_param_group.post_forward_mesh_info
+    = None``), which torchtitan's apply_fsdp keeps (``fully_shard(model, **fsdp_config)``, no
+    reshard_after_forward given). Each layer unit is gathered twice (forward, backward)."""
     return {"dp_cp": n_dense + n_moe + int(ends), "edp": max(1, n_moe)}
+
+
+def fsdp_keeps_root(fw: FrameworkProfile) -> bool:
+    """Whether the framework's ZeRO-3 is PyTorch FSDP2 (fully_shard: the stacks marked ``fsdp2_copies``),
+    which keeps the root unit gathered from the forward to the end of the backward (``fsdp_units``).
+    DeepSpeed's ZeRO-3 releases and re-fetches by its own reuse-distance rules, not modelled here."""
+    return fw.fsdp2_copies
 
 
 def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: StageParams,
@@ -357,12 +370,18 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
     for group, n, size in groups:
         if n <= 0 or size <= 1:
             continue
+        # the root unit (embedding, final norm and head: ``fsdp_units``) is gathered in the forward only
+        root = (params.embedding if group == "dp_cp" and plan.zero_stage >= 3 and not per_step and fsdp_keeps_root(fw)
+                else 0.0)
         for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, per_step):
-            nbytes = n * (gb if elem == "grad" else pb)
+            held = n - root if name == "fsdp.param_all_gather.bwd" else n
+            if held <= 0:
+                continue
+            nbytes = held * (gb if elem == "grad" else pb)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
         if plan.zero_stage >= 3 and fw.fsdp2_copies:
-            for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step):
+            for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step, root):
                 (per_mb if per_microbatch else step).append(op)
     shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb,
                                           foreach=fw.optimizer_impl == "torch_foreach")
@@ -387,31 +406,37 @@ def fsdp2_copy_bytes(params, param_bytes: int, grad_bytes: int, gathers: int = 2
     return gathers * out + copy_in
 
 
-def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step: bool = False):
+def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step: bool = False, root=0.0):
     """FSDP2's copies of one parameter group of a stage, as (name, phase, bytes, kernels, once per
     micro-batch?): one copy-out after each all-gather (forward, and backward's re-gather) and one
     copy-in before each reduce-scatter, each a memory-bound kernel per unit (``units``) on the compute
     stream (PyTorch FSDP2: split_with_sizes_copy in FSDPParamGroup.wait_for_unshard, _chunk_cat in
     foreach_reduce). ``per_step`` (``fsdp_per_step``): gathered once and reduced once per step.
+    ``root``: the root unit's parameters among ``params`` (one of the ``units``), which the backward
+    does not re-gather, so nor copy out (``fsdp_units``: FSDP2 keeps the root unsharded after the forward).
     The one definition the workload graph's ops (``fsdp2_copy_ops``) and the batch pricer use.
-    ``params`` a float or an array (many structures)."""
+    ``params``, ``root`` floats or arrays (many structures)."""
     out, copy_in = fsdp2_copy_parts(params, param_bytes, grad_bytes)
     if per_step:
         return (("fsdp2.copy_out", Phase.STEP, out, units, False),
                 ("fsdp2.copy_in", Phase.STEP, copy_in, units, False))
+    out_bwd, _ = fsdp2_copy_parts(params - root, param_bytes, grad_bytes)
+    units_bwd = units - where(root > 0, 1, 0)
     return (("fsdp2.copy_out.fwd", Phase.FWD, out, units, True),
-            ("fsdp2.copy_out.bwd", Phase.BWD, out, units, True),
+            ("fsdp2.copy_out.bwd", Phase.BWD, out_bwd, units_bwd, True),
             ("fsdp2.copy_in", Phase.BWD, copy_in, units, True))
 
 
 def fsdp2_copy_ops(group: str, params: float, units: int, param_bytes: int, grad_bytes: int,
-                   per_step: bool = False) -> tuple[tuple[Op, bool], ...]:
+                   per_step: bool = False, root: float = 0.0) -> tuple[tuple[Op, bool], ...]:
     """``fsdp2_copies`` of ``group`` as ops of the workload graph (memory-bound, on the compute stream,
-    one kernel per unit), each with whether it runs once per micro-batch."""
+    one kernel per unit), each with whether it runs once per micro-batch (none where it copies nothing:
+    a stage holding the root unit alone copies nothing out in the backward)."""
     return tuple((Op(f"{name}.{group}", OpKind.ELEMENTWISE, phase, bytes=float(nbytes), group=group, layer="step",
                      kernels=int(kernels)), per_mb)
                  for name, phase, nbytes, kernels, per_mb in fsdp2_copies(params, units, param_bytes, grad_bytes,
-                                                                          per_step))
+                                                                          per_step, root)
+                 if nbytes > 0)
 
 
 def fsdp_per_step(plan, fw: FrameworkProfile) -> bool:
