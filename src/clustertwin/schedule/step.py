@@ -415,13 +415,6 @@ def runs_dualpipe(schedule: str | None, framework: FrameworkProfile, pp: int, vp
     return pipeline_schedule(framework, schedule, pp, vpp) == "dualpipe" and pp > 1 and pp % 2 == 0 and vpp == 1
 
 
-def refuse_dualpipe(plan, framework: FrameworkProfile, what: str) -> None:
-    """``what`` (the discrete-event replay, the trace exporter) builds 1F1B schedules only."""
-    if runs_dualpipe(getattr(plan, "pp_schedule", None), framework, plan.pp, plan.vpp):
-        raise PlanError("plan.pp_schedule", f"{what} builds 1F1B schedules only, and this plan runs DualPipe",
-                        "price it with predict, or set schedule=1f1b")
-
-
 def refuse_ep_overlap(plan, framework: FrameworkProfile, what: str) -> None:
     """``what`` (the discrete-event replay, the trace exporter) builds plain 1F1B schedules, not Megatron-Core's
     combined 1F1B that overlaps the MoE all-to-alls (``overlap_ep_comm``)."""
