@@ -3,28 +3,10 @@ and the fix, exit code 2, no traceback; an input the user did not give takes the
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
-from clustertwin.cli import main
-
-
-def run(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def refused(code: int, err: str, *words: str) -> str:
-    assert "Traceback" not in err, err
-    lines = err.strip().splitlines()
-    assert code == 2, (code, err)
-    assert len(lines) == 1, err
-    assert re.match(r"error: [^:;]+: .+", lines[0]), lines[0]
-    for w in words:
-        assert w in lines[0], (w, lines[0])
-    return lines[0]
+from test_first_hour import refused, run   # the one CLI runner and refusal check of the first-hour tests
 
 
 # ---- serve: a token budget below a whole request without chunked prefill ---------------------------------

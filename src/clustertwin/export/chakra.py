@@ -416,6 +416,22 @@ class ChakraExport:
                 "seconds": self.seconds}
 
 
+def _fragments(graph, pricer, tp: int, overlap_tp: bool):
+    """frag(stage, block, phase): the program of one block's forward ("F") or recompute + backward of a
+    stage, and its fragment, built once per distinct op list and shared by every rank that runs it."""
+    programs: dict[tuple, tuple[Program, _Fragment]] = {}
+
+    def frag(stage: int, block: str, ph: str) -> tuple[Program, _Fragment]:
+        b = block_of(graph.stages[stage], block)
+        ops = b.fwd if ph == "F" else b.recompute + b.bwd
+        key = (id(ops) if ph == "F" else (id(b.recompute), id(b.bwd)), ph)
+        if key not in programs:
+            prog = build_program(ops, pricer, tp, overlap_tp)
+            programs[key] = (prog, _fragment(prog))
+        return programs[key]
+    return frag
+
+
 def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[_Template]:
     """One template per pipeline stage: the nodes every rank of that stage runs."""
     pb = _pb()
@@ -428,17 +444,9 @@ def build_templates(graph: WorkloadGraph, pricer: Pricer | None = None) -> list[
     tp, overlap_tp = plan.tp, bool(plan.overlap_tp_comm)
     sizes = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep).sizes()
     segments = chunk_segments(graph)
-    programs: dict[tuple, tuple[Program, _Fragment]] = {}
     p2p_bytes = graph.stages[0].p2p[0].comm_bytes if p > 1 else 0.0
 
-    def frag(stage: int, block: str, ph: str) -> tuple[Program, _Fragment]:
-        b = block_of(graph.stages[stage], block)
-        ops = b.fwd if ph == "F" else b.recompute + b.bwd
-        key = (id(ops) if ph == "F" else (id(b.recompute), id(b.bwd)), ph)
-        if key not in programs:
-            prog = build_program(ops, pricer, tp, overlap_tp)
-            programs[key] = (prog, _fragment(prog))
-        return programs[key]
+    frag = _fragments(graph, pricer, tp, overlap_tp)
 
     def tag(ph: str, chunk: int, mb: int) -> int:
         return (mb * v + chunk) * 2 + (0 if ph == "F" else 1)
@@ -626,16 +634,8 @@ def _dualpipe_templates(graph: WorkloadGraph, pricer: Pricer, pb) -> list[_Templ
     sizes = RankLayout(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep).sizes()
     segments = chunk_segments(graph)
     roof = Roofline.of(graph)
-    programs: dict[tuple, tuple[Program, _Fragment]] = {}
 
-    def frag(stage: int, block: str, ph: str) -> tuple[Program, _Fragment]:
-        b = block_of(graph.stages[stage], block)
-        ops = b.fwd if ph == "F" else b.recompute + b.bwd
-        key = (id(ops) if ph == "F" else (id(b.recompute), id(b.bwd)), ph)
-        if key not in programs:
-            prog = build_program(ops, pricer, tp, overlap_tp)
-            programs[key] = (prog, _fragment(prog))
-        return programs[key]
+    frag = _fragments(graph, pricer, tp, overlap_tp)
 
     def p2p_bytes(stage: int, ph: str) -> float:
         what = "activation" if ph == "F" else "gradient"
