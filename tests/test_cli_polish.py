@@ -71,6 +71,25 @@ def test_explicit_zero_the_stack_lacks_is_still_refused(capsys):
     refused(code, err, "zero_stage", "ZeRO-1")
 
 
+@pytest.mark.parametrize("framework,zero", [("torchtitan", 3), ("megatron-lm@2021", 0), ("meta-llama3", 2),
+                                            ("megatron", 1)])
+def test_plan_without_zero_takes_the_stacks_zero_stage(capsys, framework, zero):
+    """A --plan that names no ZeRO stage gets the stack's (as validate does for a row without one), not a
+    ZeRO-1 the stack may not have; the other fields the plan names are kept."""
+    from clustertwin.jobs import make_training_job
+    job = make_training_job("llama3-8b", num_gpus=8, plan="tp=2,dp=4,mb=2", framework=framework)
+    assert (job.plan.zero_stage, job.plan.tp, job.plan.micro_batch) == (zero, 2, 2)
+    code, out, err = run(capsys, "predict", "-m", "llama3-8b", "-n", "8", "--framework", framework,
+                         "--plan", "tp=2,dp=4", "--json")
+    assert code == 0, err
+    assert json.loads(out)["inputs"]["plan"]["zero_stage"] == zero
+
+
+def test_plan_naming_fsdp_keeps_it():
+    from clustertwin.jobs import make_training_job
+    assert make_training_job("llama3-8b", num_gpus=8, plan="tp=2,fsdp", framework="megatron").plan.zero_stage == 3
+
+
 @pytest.mark.parametrize("cmd", [("sim",), ("energy",), ("trace", "--format", "json", "-o", "{tmp}/t.json"),
                                  ("compare", "--gpu", "h100", "--gpu", "a100-80gb")])
 def test_other_commands_take_the_stacks_zero_stage(capsys, tmp_path, cmd):

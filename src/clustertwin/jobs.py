@@ -157,24 +157,23 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
                       framework: str = DEFAULT_FRAMEWORK, tokens: float | None = None,
                       stack_zero: bool = False) -> TrainingJob:
     """A checked TrainingJob from exactly what is given (no default job): the model's sequence length
-    (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out. With ``stack_zero``
-    (the plan is not the user's: none was given) its ZeRO stage is the framework stack's default."""
+    (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out, except the ZeRO
+    stage: a plan that does not name one (``zero=``, ``fsdp``) takes the framework stack's default
+    (``default_zero_stage``), as ``validate`` does for a row without one, so ``--framework torchtitan
+    --plan "tp=2"`` runs FSDP instead of refusing a ZeRO-1 nobody asked for. With ``stack_zero`` (the
+    plan is not the user's: none was given) the stack's stage replaces the default plan's."""
     from .catalog import load_model
     from .specs import make_job
     m = load_model(model)
     c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
     p = _plan(plan, micro_batch, global_batch, precision)
     fw = _framework(framework)
-    if stack_zero and isinstance(plan, (str, type(None))):
+    if stack_zero or "zero_stage" not in p.model_fields_set:
         from .specs.framework import get_framework
-        p = _plan(_with_zero(plan or "", get_framework(fw).default_zero_stage), micro_batch, global_batch, precision)
+        from .specs.plan import make_plan
+        given = {k: getattr(p, k) for k in p.model_fields_set}
+        p = make_plan(**{**given, "zero_stage": get_framework(fw).default_zero_stage})
     return make_job(m, c, p, min(m.max_seq_len, DEFAULT_SEQ_LEN) if seq_len is None else seq_len, fw, tokens)
-
-
-def _with_zero(plan: str, zero_stage: int) -> str:
-    """``plan`` (DEFAULT_PLAN or "", the plans of a job given no --plan) with ZeRO stage ``zero_stage``."""
-    keep = [part for part in plan.split(",") if part.strip() and part.split("=")[0].strip() != "zero"]
-    return ",".join(keep + [f"zero={zero_stage}"])
 
 
 def job_from_options(options: JobOptions, tokens: float | None = None) -> TrainingJob:
