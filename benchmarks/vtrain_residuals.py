@@ -4,7 +4,9 @@ Predicts every row of data/validation/vtrain_single_node.csv (1,440 measured ite
 one node) and prints, per value of tp, pp, dp, micro-batch, hidden, layers, sequence, heads, global
 batch, GPUs and micro-batches per iteration: rows, mean signed error, median, MAPE and rows beyond 25%.
 Then, for pp = 1, the measured and predicted time per layer per micro-batch (forward, recomputation and
-backward of one layer), the table that shows the host-bound floor.
+backward of one layer), the table that shows the host-bound floor; the same along the diagonals of equal
+work per GPU (micro-batch / tp fixed), where what grows with tp is the TP all-reduce; and the mean error
+per tp and micro-batch.
 
     python benchmarks/vtrain_residuals.py [--framework-field NAME=VALUE ...]
 
@@ -80,6 +82,29 @@ def main(argv: list[str] | None = None) -> int:
     for (h, tp, mb), xs in sorted(cells.items()):
         print(f"  {h:6d} {tp:3d} {mb:3d} {len(xs):5d} {st.mean(x for x, _ in xs):9.2f} "
               f"{st.mean(y for _, y in xs):9.2f}")
+    print("\npp = 1, equal work per GPU (micro-batch / tp fixed: the same GEMM FLOPs and score elements per GPU):"
+          "\n  ms per layer per micro-batch as above, and the TP all-reduce message (MiB, fp16 activations,"
+          "\n  six per layer: forward, recomputation and backward each two)")
+    print(f"  {'hidden':>6} {'mb/tp':>5} {'tp':>3} {'mb':>3} {'msg MiB':>7} {'measured':>9} {'predicted':>9}")
+    for h in sorted({k[0] for k in cells}):
+        for ratio in (1, 2, 4, 8):
+            for tp in (1, 2, 4, 8):
+                key = (h, tp, ratio * tp)
+                if key in cells:
+                    xs = cells[key]
+                    # micro-batch x seq 1024 x hidden x 2 bytes; none at tp 1
+                    msg = f"{ratio * tp * 1024 * h * 2 / 2**20:7.0f}" if tp > 1 else f"{'-':>7}"
+                    print(f"  {h:6d} {ratio:5d} {tp:3d} {ratio * tp:3d} {msg} "
+                          f"{st.mean(x for x, _ in xs):9.2f} {st.mean(y for _, y in xs):9.2f}")
+    print("\nmean error by tp (rows) and micro-batch (columns)")
+    grid: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for v, e, _, _ in data:
+        grid[(v["tp"], v["micro_batch"])].append(e)
+    mbs = sorted({k[1] for k in grid})
+    print("  tp  " + "".join(f"{mb:>8d}" for mb in mbs))
+    for tp in sorted({k[0] for k in grid}):
+        print(f"  {tp:2d}  " + "".join(f"{st.mean(grid[(tp, mb)]):+8.3f}" if (tp, mb) in grid else f"{'':>8}"
+                                       for mb in mbs))
     return 0
 
 
