@@ -120,7 +120,7 @@ def test_fp8_weights_replace_the_16_bit_copy_and_the_fp8_cache() -> None:
 
 # ---- the published MoE runs ----------------------------------------------------------------------
 def test_published_moe_recipes_fit_with_their_documented_memory_settings() -> None:
-    """The runs ran: with their recipes' recompute modules, optimizer storage and FP8 weights, the
+    """All 25 published runs ran: with their recipes' recompute modules, optimizer storage and FP8 weights, the
     Megatron-Bridge DeepSeek-V3 and Qwen3-235B H100 runs, the DGX Cloud DeepSeek-V3 runs and NeMo
     AutoModel's runs fit their GPUs."""
     rep = validate_rows(read_runs("data/validation/moe_public_runs.csv"))
@@ -130,3 +130,33 @@ def test_published_moe_recipes_fit_with_their_documented_memory_settings() -> No
                 "dgxc-h100-deepseek-v3-bf16-512gpu", "dgxc-h100-deepseek-v3-bf16-1024gpu",
                 "automodel-h100-qwen3-30b-a3b-bf16-8gpu", "automodel-h100-kimi-k2-bf16-256gpu"):
         assert fits[run] is True, run
+    assert all(r.fits for r in rep.rows)
+
+
+# ---- Transformer Engine's FP8 GEMMs save their inputs in FP8 -----------------------------------------
+def test_te_fp8_gemm_inputs_are_saved_in_fp8() -> None:
+    """A dense layer: the QKV, up- and down-projection inputs kept in FP8 instead of 16-bit; the output
+    projection's FP8 input beside the attention's own 16-bit output. MXFP8 adds one byte per 32."""
+    c = _moe_ctx(mla=(), heads=32, kv_heads=8, qk_head_dim=128, hidden=4096, ffn=14336, fp8_recipe="current")
+    T, h, a = c.tokens, c.hidden, c.act_bytes
+    one = value("memory.te_fp8_saved_input_bytes_per_element")
+    bf16 = layer_activation_bytes(c, False, "none")
+    fp8 = layer_activation_bytes(c, False, "none", te_fp8=True)
+    saved = (T * h + T * h + T * c.ffn) * (a - one) - T * c.heads * c.v_head_dim * one
+    assert bf16 - fp8 == pytest.approx(saved)
+    mx = _moe_ctx(mla=(), heads=32, kv_heads=8, qk_head_dim=128, hidden=4096, ffn=14336, fp8_recipe="mxfp8")
+    more = layer_activation_bytes(mx, False, "none", te_fp8=True) - fp8
+    assert more == pytest.approx((2 * T * h + T * c.ffn + T * c.heads * c.v_head_dim) / 32)
+    # the MoE experts: the dispatched tokens and the SwiGLU output in FP8, the expert outputs 16-bit
+    m = _moe_ctx(fp8_recipe="current", shared_ffn=0)
+    k = m.top_k
+    d = layer_activation_bytes(m, True, "none") - layer_activation_bytes(m, True, "none", te_fp8=True)
+    qkv_in = m.tokens * m.hidden * (a - one)
+    proj = m.tokens * m.heads * m.v_head_dim * one
+    assert d == pytest.approx(qkv_in - proj + m.tokens * k * (m.hidden + m.expert_ffn) * (a - one))
+
+
+def test_te_fp8_saved_inputs_are_a_transformer_engine_stack_property() -> None:
+    assert get_framework("megatron").te_fp8_saved_inputs and get_framework("nemo").te_fp8_saved_inputs
+    assert not get_framework("torchtitan").te_fp8_saved_inputs
+    assert not get_framework("hai-llm").te_fp8_saved_inputs   # its own FP8 caches (norm_up)

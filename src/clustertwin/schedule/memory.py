@@ -25,6 +25,18 @@ _ADAM_BF16_MOMENTS = value("memory.adam_bytes_per_param_bf16_moments")  # fp32 m
 _ADAM_BF16_NO_MASTER = value("memory.adam_bytes_per_param_bf16_moments_without_master")  # bf16 m, v
 _FP8_PARAM = value("memory.fp8_param_bytes_per_param")     # an FP8 weight with its transpose / columnwise copy
 _FP8_CACHE = value("memory.fp8_cache_bytes_per_element")    # an FP8 activation with its 1x128 tile scales
+_TE_FP8_INPUT = value("memory.te_fp8_saved_input_bytes_per_element")
+_TE_MXFP8_INPUT = value("memory.te_mxfp8_saved_input_bytes_per_element")
+
+
+def te_fp8_input_bytes(c: LayerContext) -> float:
+    """Bytes per element of a GEMM input a Transformer Engine FP8 Linear saves for its weight gradient, by
+    the FP8 recipe's scales (per tensor; 1x32 E8M0 for MXFP8; 1x128 FP32 tiles for blockwise)."""
+    if c.fp8_recipe == "mxfp8":
+        return _TE_MXFP8_INPUT
+    if c.fp8_recipe == "blockwise":
+        return _FP8_CACHE
+    return _TE_FP8_INPUT
 _E5M6_CACHE = value("memory.e5m6_cache_bytes_per_element")
 _LOSS_FUSED = value("memory.loss_fused_bytes_per_logit")
 _LOSS_MEGATRON = value("memory.loss_megatron_bytes_per_logit")
@@ -133,12 +145,16 @@ def _norm_up_layer_bytes(c: LayerContext, moe: bool, fp8_cache: bool) -> float:
 
 
 def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none",
-                           fp8_cache: bool = False) -> float:
+                           fp8_cache: bool = False, te_fp8: bool = False) -> float:
     """Bytes one layer keeps for its backward, for one micro-batch, on one rank (``fp8_cache``: the
-    stack caches Linear inputs in FP8, with recompute ``selective_norm_up``)."""
+    stack caches Linear inputs in FP8, with recompute ``selective_norm_up``; ``te_fp8``: Transformer
+    Engine's FP8 GEMMs save their inputs in FP8, ``te_fp8_input_bytes``)."""
     if recompute == "selective_norm_up":
         return _norm_up_layer_bytes(c, moe, fp8_cache)
     T, h, a = c.tokens, c.hidden, c.act_bytes
+    # a GEMM input as its Linear saves it; the 16-bit tensors other ops save (norms, attention, the
+    # activation function, the router, the combine) stay 16-bit
+    lin = te_fp8_input_bytes(c) if te_fp8 else a
     rows = c.norm_rows
     # Megatron with SP keeps the sharded norm output and re-gathers it for the weight gradient
     # (Korthikanti et al. 2022 Sec. 4.2.2); DTensor's SP keeps the gathered input its GEMMs saw
@@ -163,7 +179,7 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     mask = 1 if c.dropout else 0
     total = 0.0
     # attention block: norm input, QKV input, Q/K/V, attention output (= projection input), dropout mask
-    total += rows * h * a + gemm_in * h * a * norm_out
+    total += rows * h * a + gemm_in * h * lin * norm_out
     qkv = T * (c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)) * a
     if c.mla and "mla_up_proj" in modules:
         # the up-projections and RoPE recomputed from the latents they start from (multi_latent_attention.py:
@@ -171,6 +187,8 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
         q_rank, kv_rank, rope = c.mla
         qkv = T * (q_rank + kv_rank + rope) * a
     total += qkv + T * c.heads * c.v_head_dim * a + rows * h * mask
+    if te_fp8:   # the attention keeps its 16-bit output, the output projection its FP8 copy beside it
+        total += T * c.heads * c.v_head_dim * lin
     if c.attention_kernel in ("flash", "flash2"):
         total += T * c.heads * 4  # log-sum-exp, fp32
     elif recompute != "selective":
@@ -196,13 +214,15 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
         if "moe" in modules:     # the whole block recomputed from its input (normal checkpointing)
             return float(total + (tokens * h * a if not norm_out else 0))
         act_out = 0 if "moe_act" in modules else 1     # the experts' activation output, recomputed
-        total += routed * h * a * 2 + routed * c.expert_ffn * a * (ups + act_out)
+        # the dispatched tokens (the experts' first GEMM input) and the expert outputs (the combine's);
+        # the SwiGLU input and its output (the second GEMM's input)
+        total += routed * h * (lin + a) + routed * c.expert_ffn * (ups * a + act_out * lin)
         if c.shared_ffn and "shared_experts" not in modules:
-            total += T * c.shared_ffn * a * (ups + 1)
+            total += T * c.shared_ffn * (ups * a + lin) + (T * h * lin if te_fp8 else 0)
     elif "mlp" in modules:       # the dense MLP recomputed from its input (normal checkpointing)
         total += gemm_in * h * a
     else:
-        total += gemm_in * h * a * norm_out + T * c.ffn * a * (ups + 1)
+        total += gemm_in * h * lin * norm_out + T * c.ffn * (ups * a + lin)
     return float(total)
 
 

@@ -131,6 +131,9 @@ class FrameworkProfile:
     # the submodules recompute=selective repeats when a plan names them (Megatron-Core recompute_modules;
     # empty: ``selective_recompute`` decides); set from the plan by ``for_plan``
     recompute_modules: tuple[str, ...] = ()
+    # FP8 GEMMs through Transformer Engine save their inputs for the weight gradient in FP8, not 16-bit
+    # (constants memory.te_fp8_saved_input_bytes_per_element: TE's _Linear.forward)
+    te_fp8_saved_inputs: bool = False
     # the optimizer holds an fp32 master copy of the 16-bit weights (with master_in_optimizer). False: the
     # optimizer steps the stored 16-bit weights, its states in their dtype (torch.optim.Adam on bf16
     # parameters: exp_avg and exp_avg_sq are zeros_like(param), torch/optim/adam.py _init_group)
@@ -227,7 +230,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # megatron/core/distributed/param_and_grad_buffer.py, core_r0.8.0.
     FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
                      contiguous_param_grad_buffers=True, grad_buffer_checks=("nan_check", "scale"), family="megatron",
-                     released="2024-01"),
+                     te_fp8_saved_inputs=True, released="2024-01"),
     # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
     # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
     # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16
@@ -236,9 +239,9 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # False. Both releases below differ in nothing this profile models; they are kept apart so a run
     # names its release and a later difference has a place.
     FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     contiguous_param_grad_buffers=True, released="2024-07"),
+                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2024-07"),
     FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     contiguous_param_grad_buffers=True, released="2025-02"),
+                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2025-02"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
     # - attention: FusedScaleMaskSoftmax (masked_softmax_fusion on by default) unless
     #   --use-flash-attn / --use-flash-attn-v2 / --use-flash-attn-triton (all store_true): unfused
