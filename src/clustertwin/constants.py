@@ -534,6 +534,34 @@ _MEMORY: list[Constant] = [
              "tracked in BF16 while the master weights (and the accumulated gradients) stay FP32: 4 + 2 + 2 "
              "bytes per parameter",
              "memory: optimizer states of a stack that keeps BF16 Adam moments (hai-llm)"),
+    Constant("memory.adam_bytes_per_param_bf16_moments_without_master", 4, "bytes/parameter",
+             "torch.optim.Adam on bf16 parameters (NeMo AutoModel: the model cast to bfloat16, "
+             "nemo_automodel/components/models/qwen3_moe/model.py initialize_weights self.to(dtype), and the "
+             "benchmark configs' optimizer torch.optim.Adam): exp_avg and exp_avg_sq are zeros_like(param), "
+             "bf16, and no master copy is kept (torch/optim/adam.py _init_group): 2 + 2 bytes per parameter",
+             "memory: optimizer states of a plan with master_weights=0 and adam_moments_dtype=bf16"),
+    Constant("memory.fp8_param_bytes_per_param", 2, "bytes/parameter",
+             "Megatron-Core fp8_param_gather (Megatron-Bridge bf16_with_mxfp8_mixed / "
+             "bf16_with_fp8_current_scaling_mixed set it, src/megatron/bridge/training/mixed_precision.py@v0.2.0): "
+             "the GEMM weights are Transformer Engine FP8 tensors with no 16-bit copy (param_and_grad_buffer.py "
+             "core_r0.15: FP8 params map into a uint8 buffer; with MXFP8, reuse_grad_buf_for_mxfp8_param_ag "
+             "all-gathers into the gradient buffer, no parameter buffer at all); the backward's GEMMs need the "
+             "other layout as well (Hopper: the FP8 transpose; Blackwell MXFP8: the columnwise copy, with one "
+             "E8M0 scale per 32 elements), held between forward and backward: 1 + 1 bytes per parameter "
+             "(MXFP8's 2/32 bytes of scales left out)",
+             "memory: weights of FP8-parameter plans (fp8_params), in place of 16-bit weights and the FP8 cache"),
+    Constant("memory.te_fp8_saved_input_bytes_per_element", 1, "bytes/element",
+             "Transformer Engine's FP8 Linear saves for its weight gradient the FP8 input it cast (or that "
+             "input's FP8 transpose), not the 16-bit one: transformer_engine/pytorch/module/linear.py "
+             "_Linear.forward, 'if fp8 and not ...override_linear_precision.wgrad: saved_inputmat = inputmat "
+             "(FP8) / saved_inputmat_t = inputmat_t', the 16-bit inputmat_no_fp8 saved only without FP8 "
+             "(LayerNormLinear and GroupedLinear alike); per-tensor scaling: one FP32 scale per tensor",
+             "memory: the GEMM inputs a Transformer Engine stack keeps under FP8 (delayed / current scaling)"),
+    Constant("memory.te_mxfp8_saved_input_bytes_per_element", 1 + 1 / 32, "bytes/element",
+             "as memory.te_fp8_saved_input_bytes_per_element, with MXFP8 (Blackwell): the columnwise FP8 copy "
+             "the weight-gradient GEMM reads, with one E8M0 (1-byte) scale per 32-element block (OCP "
+             "Microscaling Formats v1.0, block size 32)",
+             "memory: the GEMM inputs a Transformer Engine stack keeps under MXFP8"),
     Constant("memory.fp8_cache_bytes_per_element", 1 + 4 / 128, "bytes/element",
              "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.3.2/3.3.3: activations cached for the "
              "backward in FP8 (1 byte) with fine-grained 1x128 tile scaling, one FP32 scale (4 bytes) per "

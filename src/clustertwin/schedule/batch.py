@@ -50,7 +50,7 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
                "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm",
-               "fp8_recipe", "cuda_graph_scope")
+               "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype", "master_weights", "fp8_params")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 # (tp_s, ep_s, moe_imb, tp_excess: both passes; the *_fwd fields: the forward's part of them, for the
@@ -327,6 +327,8 @@ class BatchPricer:
         self.ep_overlap = self.fw.overlap_ep_comm if ep_overlap is None else bool(ep_overlap)
         # the stack caches Linear inputs in FP8 (hai-llm: DeepSeek-V3 Sec. 3.3.3) under FP8 training
         self.fp8_cache = self.fw.fp8_activation_cache and plans.precision == "fp8"
+        # Transformer Engine's FP8 GEMMs save their inputs in FP8 (megatron, nemo)
+        self.te_fp8 = self.fw.te_fp8_saved_inputs and plans.precision == "fp8"
         self._computes: dict[tuple[int, int], ComputePricer] = {}
         self._memory_bound = ComputePricer(plans.cluster.gpu, self.profile, self.fw)  # optimizer steps
         self._ctx: dict[tuple, int] = {}
@@ -370,7 +372,7 @@ class BatchPricer:
         v = self._acts.get(key)
         if v is None:
             v = self._acts[key] = layer_activation_bytes(self._contexts[ctx_id], moe, recompute_mode(rc, self.fw),
-                                                         self.fp8_cache)
+                                                         self.fp8_cache, self.te_fp8)
         return v
 
     def _activations(self, ctx_ids: np.ndarray, moe: bool, rc: str) -> np.ndarray:

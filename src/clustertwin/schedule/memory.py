@@ -22,7 +22,21 @@ _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp
 _ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp32 m, v
 _FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
 _ADAM_BF16_MOMENTS = value("memory.adam_bytes_per_param_bf16_moments")  # fp32 master, bf16 m, v
+_ADAM_BF16_NO_MASTER = value("memory.adam_bytes_per_param_bf16_moments_without_master")  # bf16 m, v
+_FP8_PARAM = value("memory.fp8_param_bytes_per_param")     # an FP8 weight with its transpose / columnwise copy
 _FP8_CACHE = value("memory.fp8_cache_bytes_per_element")    # an FP8 activation with its 1x128 tile scales
+_TE_FP8_INPUT = value("memory.te_fp8_saved_input_bytes_per_element")
+_TE_MXFP8_INPUT = value("memory.te_mxfp8_saved_input_bytes_per_element")
+
+
+def te_fp8_input_bytes(c: LayerContext) -> float:
+    """Bytes per element of a GEMM input a Transformer Engine FP8 Linear saves for its weight gradient, by
+    the FP8 recipe's scales (per tensor; 1x32 E8M0 for MXFP8; 1x128 FP32 tiles for blockwise)."""
+    if c.fp8_recipe == "mxfp8":
+        return _TE_MXFP8_INPUT
+    if c.fp8_recipe == "blockwise":
+        return _FP8_CACHE
+    return _TE_FP8_INPUT
 _E5M6_CACHE = value("memory.e5m6_cache_bytes_per_element")
 _LOSS_FUSED = value("memory.loss_fused_bytes_per_logit")
 _LOSS_MEGATRON = value("memory.loss_megatron_bytes_per_logit")
@@ -131,12 +145,16 @@ def _norm_up_layer_bytes(c: LayerContext, moe: bool, fp8_cache: bool) -> float:
 
 
 def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = "none",
-                           fp8_cache: bool = False) -> float:
+                           fp8_cache: bool = False, te_fp8: bool = False) -> float:
     """Bytes one layer keeps for its backward, for one micro-batch, on one rank (``fp8_cache``: the
-    stack caches Linear inputs in FP8, with recompute ``selective_norm_up``)."""
+    stack caches Linear inputs in FP8, with recompute ``selective_norm_up``; ``te_fp8``: Transformer
+    Engine's FP8 GEMMs save their inputs in FP8, ``te_fp8_input_bytes``)."""
     if recompute == "selective_norm_up":
         return _norm_up_layer_bytes(c, moe, fp8_cache)
     T, h, a = c.tokens, c.hidden, c.act_bytes
+    # a GEMM input as its Linear saves it; the 16-bit tensors other ops save (norms, attention, the
+    # activation function, the router, the combine) stay 16-bit
+    lin = te_fp8_input_bytes(c) if te_fp8 else a
     rows = c.norm_rows
     # Megatron with SP keeps the sharded norm output and re-gathers it for the weight gradient
     # (Korthikanti et al. 2022 Sec. 4.2.2); DTensor's SP keeps the gathered input its GEMMs saw
@@ -153,12 +171,24 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
             kept = rows * h * a + T * (q + v + c.heads * c.v_head_dim) * a + T * c.heads * 4
             kept += T * c.ffn * a + (T * h * a if c.gated else 0)
             return float(kept)
+    # Megatron-Core's named submodules (recompute_modules): what each one's recomputation stops keeping
+    modules = recompute.removeprefix("modules:").split("+") if recompute.startswith("modules:") else []
+    if modules:
+        recompute = "selective" if "core_attn" in modules else "none"
+    norm_out = 0 if "layernorm" in modules else 1      # the norm outputs (output-discarding checkpoint)
     mask = 1 if c.dropout else 0
     total = 0.0
     # attention block: norm input, QKV input, Q/K/V, attention output (= projection input), dropout mask
-    total += rows * h * a + gemm_in * h * a
+    total += rows * h * a + gemm_in * h * lin * norm_out
     qkv = T * (c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)) * a
+    if c.mla and "mla_up_proj" in modules:
+        # the up-projections and RoPE recomputed from the latents they start from (multi_latent_attention.py:
+        # output-discarding checkpoint of the q/kv up-projections): q, k and v are not kept
+        q_rank, kv_rank, rope = c.mla
+        qkv = T * (q_rank + kv_rank + rope) * a
     total += qkv + T * c.heads * c.v_head_dim * a + rows * h * mask
+    if te_fp8:   # the attention keeps its 16-bit output, the output projection its FP8 copy beside it
+        total += T * c.heads * c.v_head_dim * lin
     if c.attention_kernel in ("flash", "flash2"):
         total += T * c.heads * 4  # log-sum-exp, fp32
     elif recompute != "selective":
@@ -180,11 +210,19 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     if moe:
         tokens = c.moe_tokens
         routed = tokens * c.top_k
-        total += tokens * h * a + routed * h * a * 2 + routed * c.expert_ffn * a * (ups + 1)
-        if c.shared_ffn:
-            total += T * c.shared_ffn * a * (ups + 1)
+        total += tokens * h * a * norm_out
+        if "moe" in modules:     # the whole block recomputed from its input (normal checkpointing)
+            return float(total + (tokens * h * a if not norm_out else 0))
+        act_out = 0 if "moe_act" in modules else 1     # the experts' activation output, recomputed
+        # the dispatched tokens (the experts' first GEMM input) and the expert outputs (the combine's);
+        # the SwiGLU input and its output (the second GEMM's input)
+        total += routed * h * (lin + a) + routed * c.expert_ffn * (ups * a + act_out * lin)
+        if c.shared_ffn and "shared_experts" not in modules:
+            total += T * c.shared_ffn * (ups * a + lin) + (T * h * lin if te_fp8 else 0)
+    elif "mlp" in modules:       # the dense MLP recomputed from its input (normal checkpointing)
+        total += gemm_in * h * a
     else:
-        total += gemm_in * h * a + T * c.ffn * a * (ups + 1)
+        total += gemm_in * h * lin * norm_out + T * c.ffn * (ups * a + lin)
     return float(total)
 
 
@@ -249,12 +287,23 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     def shard(n_dense, n_expert, on: bool):
         return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
 
-    if fw.master_in_optimizer and not fp32:
+    if fw.master_in_optimizer and not fp32 and not fw.master_weights:
+        # the optimizer steps the 16-bit weights themselves, its moments in their dtype (torch.optim.Adam
+        # on bf16 parameters) or in fp32
+        w_bytes, g_bytes = 2, fw.grad_reduce_bytes
+        o_bytes = _ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER
+    elif fw.master_in_optimizer and not fp32:
         w_bytes, g_bytes = 2, fw.grad_reduce_bytes
         o_bytes = _ADAM_BF16_MOMENTS if fw.adam_moments_bf16 else _ADAM_WITH_MASTER
     else:
         w_bytes, g_bytes, o_bytes = 4, 4, _ADAM_WITHOUT_MASTER
-    weights = w_bytes * shard(dense, expert, z >= 3)
+    fp8_params = precision == "fp8" and fw.fp8_params
+    if fp8_params:
+        # the GEMM weights in FP8 with their second layout (memory.fp8_param_bytes_per_param); the embedding
+        # and output layer are not Transformer Engine modules and stay 16-bit
+        weights = _FP8_PARAM * shard(dense - embedding, expert, z >= 3) + w_bytes * shard(embedding, 0.0, z >= 3)
+    else:
+        weights = w_bytes * shard(dense, expert, z >= 3)
     if z == 2 and fw.grad_reduce_per_chunk and vpp > 1:
         # a pipeline chunk's gradient is complete once the chunk's contiguous micro-batches have run their
         # backward, and is then reduce-scattered into the rank's shard (Llama 3 paper Sec. 3.3.2: FSDP
@@ -287,7 +336,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         other += where(maximum(dp_cp, edp) > 1, gathered, 0.0)  # nothing is sharded without a DP group
     elif not fw.master_in_optimizer and not fp32:  # autocast keeps 16-bit copies of the weights in use
         other += 2 * (dense + expert)
-    if precision == "fp8":  # Transformer Engine caches fp8 copies of the GEMM weights
+    if precision == "fp8" and not fp8_params:  # Transformer Engine caches fp8 copies of the GEMM weights
         other += _FP8_WEIGHT_CACHE * shard(dense, expert, z >= 3)
 
     n_layers = layers_dense + layers_moe

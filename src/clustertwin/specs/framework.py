@@ -128,6 +128,19 @@ class FrameworkProfile:
     # FP8 plans cache the Linear inputs in FP8 (1x128 tiles), the attention output in E5M6, and the MoE
     # SwiGLU's inputs in FP8, recomputing its output in backward (layer_activation_bytes)
     fp8_activation_cache: bool = False
+    # the submodules recompute=selective repeats when a plan names them (Megatron-Core recompute_modules;
+    # empty: ``selective_recompute`` decides); set from the plan by ``for_plan``
+    recompute_modules: tuple[str, ...] = ()
+    # FP8 GEMMs through Transformer Engine save their inputs for the weight gradient in FP8, not 16-bit
+    # (constants memory.te_fp8_saved_input_bytes_per_element: TE's _Linear.forward)
+    te_fp8_saved_inputs: bool = False
+    # the optimizer holds an fp32 master copy of the 16-bit weights (with master_in_optimizer). False: the
+    # optimizer steps the stored 16-bit weights, its states in their dtype (torch.optim.Adam on bf16
+    # parameters: exp_avg and exp_avg_sq are zeros_like(param), torch/optim/adam.py _init_group)
+    master_weights: bool = True
+    # the GEMM weights stored in FP8 only (Megatron-Core fp8_param_gather, Transformer Engine fp8_model_init):
+    # no 16-bit model copy and no separate FP8 weight cache (memory.fp8_param_* constants)
+    fp8_params: bool = False
     # ZeRO-2 with an interleaved pipeline: each pipeline chunk's gradient is reduce-scattered into the rank's
     # shard once the chunk's contiguous micro-batches have run their backward, so only the chunks in
     # accumulation and in reduction hold unsharded gradients (Meta's Llama 3 stack: FSDP "shards optimizer
@@ -217,7 +230,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # megatron/core/distributed/param_and_grad_buffer.py, core_r0.8.0.
     FrameworkProfile("megatron-core@2024", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
                      contiguous_param_grad_buffers=True, grad_buffer_checks=("nan_check", "scale"), family="megatron",
-                     released="2024-01"),
+                     te_fp8_saved_inputs=True, released="2024-01"),
     # NeMo on Megatron-Core, as NVIDIA's published NeMo / DGX Cloud benchmarks run it: TE attention,
     # TP overlap (userbuffers) and DP overlap; 2-byte gradient buffers and reductions: the H100
     # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16
@@ -226,9 +239,9 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # False. Both releases below differ in nothing this profile models; they are kept apart so a run
     # names its release and a later difference has a place.
     FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     contiguous_param_grad_buffers=True, released="2024-07"),
+                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2024-07"),
     FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     contiguous_param_grad_buffers=True, released="2025-02"),
+                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2025-02"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
     # - attention: FusedScaleMaskSoftmax (masked_softmax_fusion on by default) unless
     #   --use-flash-attn / --use-flash-attn-v2 / --use-flash-attn-triton (all store_true): unfused
@@ -479,16 +492,30 @@ def equivalent_release(fw: FrameworkProfile) -> FrameworkProfile | None:
 
 def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     """The framework with what a plan overrides: the gradient reduction dtype, given outright or by
-    fp16 training on a stack that reduces in the parameter dtype."""
+    fp16 training on a stack that reduces in the parameter dtype; the optimizer's storage (Adam moments'
+    dtype, fp32 master copy), FP8 weights and the submodules selective recomputation repeats."""
+    update: dict = {}
     dtype = getattr(plan, "grad_reduce_dtype", None)
-    if dtype is None:
-        if getattr(plan, "precision", None) == "fp16" and fw.grad_reduce_bytes_fp16 is not None:
-            nbytes = fw.grad_reduce_bytes_fp16
-        else:
-            return fw
-    else:
+    nbytes = None
+    if dtype is not None:
         nbytes = 4 if dtype == "fp32" else 2
-    return fw if nbytes == fw.grad_reduce_bytes else replace(fw, grad_reduce_bytes=nbytes)
+    elif getattr(plan, "precision", None) == "fp16" and fw.grad_reduce_bytes_fp16 is not None:
+        nbytes = fw.grad_reduce_bytes_fp16
+    if nbytes is not None and nbytes != fw.grad_reduce_bytes:
+        update["grad_reduce_bytes"] = nbytes
+    moments = getattr(plan, "adam_moments_dtype", None)
+    if moments is not None and (moments == "bf16") != fw.adam_moments_bf16:
+        update["adam_moments_bf16"] = moments == "bf16"
+    master = getattr(plan, "master_weights", None)
+    if master is not None and master != fw.master_weights:
+        update["master_weights"] = bool(master)
+    fp8_params = getattr(plan, "fp8_params", None)
+    if fp8_params is not None and fp8_params != fw.fp8_params:
+        update["fp8_params"] = bool(fp8_params)
+    modules = tuple(getattr(plan, "recompute_modules", None) or ())
+    if modules and modules != fw.recompute_modules:
+        update["recompute_modules"] = modules
+    return replace(fw, **update) if update else fw
 
 
 def pipeline_schedule(fw: FrameworkProfile, schedule: str | None, pp: int, vpp: int) -> str:

@@ -80,6 +80,25 @@ class Plan(Frozen):
                           "transformer_engine, cuda_graph_scope), joined by +: attn, moe_router, moe_preprocess "
                           "(with moe_router), or layer (the whole layer); their kernels cost the host no launch "
                           "time of their own; None or none = no CUDA graphs (Megatron-Core's default)")
+    recompute_modules: tuple[Literal["core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                                     "shared_experts"], ...] | None = Field(
+        None, description="with recompute=selective, the submodules recomputed in backward (Megatron-Core "
+                          "recompute_modules, transformer_config.py core_r0.15), joined by +: core_attn (the attention "
+                          "core), moe_act (the routed experts' activation), layernorm (both norms), mla_up_proj (the MLA "
+                          "up-projections and RoPE), mlp (dense MLPs), moe (the whole MoE block), shared_experts; "
+                          "None = the framework's selective recomputation (Megatron-Core's default: core_attn)")
+    adam_moments_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="dtype of Adam's first and second moments (Megatron-Core precision-aware optimizer: "
+                          "exp_avg_dtype / exp_avg_sq_dtype; torch.optim.Adam on bf16 parameters: bf16); "
+                          "None = framework default")
+    master_weights: bool | None = Field(
+        None, description="the optimizer keeps an fp32 master copy of the 16-bit weights (Megatron-Core's "
+                          "distributed optimizer, DeepSpeed); false: the optimizer steps the stored weights themselves "
+                          "(torch.optim.Adam on bf16 parameters); None = framework default")
+    fp8_params: bool | None = Field(
+        None, description="the model's GEMM weights are stored in FP8 only (Megatron-Core fp8_param_gather / TE "
+                          "fp8_model_init: no 16-bit copy besides the optimizer's fp32 master); only with precision "
+                          "fp8; None = off")
     grad_reduce_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="dtype of the gradient buffers and their DP reduction (Megatron-LM: fp32 with bf16 "
                           "training; NeMo's performance recipes: bf16); None = framework default")
@@ -101,7 +120,7 @@ class Plan(Frozen):
         return v
 
     @field_validator("sp", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-                     "overlap_ep_comm", mode="before")
+                     "overlap_ep_comm", "master_weights", "fp8_params", mode="before")
     @classmethod
     def _bool(cls, v):
         return _to_bool(v)
@@ -115,6 +134,24 @@ class Plan(Frozen):
                 return None
             return tuple(sorted(set(names)))
         return v
+
+    @field_validator("recompute_modules", mode="before")
+    @classmethod
+    def _modules(cls, v):
+        if isinstance(v, str):
+            names = [x.strip().lower() for x in v.split("+") if x.strip()]
+            return tuple(sorted(set(names))) or None
+        return v
+
+    @model_validator(mode="after")
+    def _recompute_modules(self):
+        if self.recompute_modules and self.recompute != "selective":
+            raise PlanError("plan.recompute_modules", f"submodules are recomputed only with recompute=selective "
+                            f"(recompute={self.recompute})", "set recompute=selective, or leave recompute_modules out")
+        if self.fp8_params and self.precision != "fp8":
+            raise PlanError("plan.fp8_params", f"FP8 weights need FP8 training (precision={self.precision})",
+                            "set precision=fp8, or fp8_params=0")
+        return self
 
     @model_validator(mode="after")
     def _cuda_graphs(self):
@@ -311,7 +348,7 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             continue
         key = _ALIASES.get(key.lower(), key.lower())
         if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "pp_schedule",
-                   "fp8_recipe", "cuda_graph_scope"):
+                   "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",
@@ -389,7 +426,8 @@ def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
 # plan fields a search may hold fixed (the rest of a plan is set by the job: precision, global batch)
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
-           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm", "cuda_graph_scope")
+           "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm", "cuda_graph_scope",
+           "recompute_modules", "adam_moments_dtype", "master_weights", "fp8_params")
 
 
 def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:

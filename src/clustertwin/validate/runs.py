@@ -305,6 +305,19 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     graphs = (r.get("cuda_graph_scope") or "").strip().lower()
     if graphs:
         fields["cuda_graph_scope"] = graphs
+    modules = (r.get("recompute_modules") or "").strip().lower()
+    if modules:
+        fields["recompute_modules"] = modules
+    for col, key in (("grad_reduce_dtype", "grad_reduce_dtype"), ("exp_avg_dtype", "adam_moments_dtype")):
+        v = (r.get(col) or "").strip().lower()
+        if v:
+            if v not in ("fp32", "bf16"):
+                raise DataError(col, f"{v!r} is not a dtype", "write fp32 or bf16, or leave it empty")
+            fields[key] = v
+    for col, key in (("master_weights", "master_weights"), ("fp8_param_gather", "fp8_params")):
+        flag = _bool(r, col)
+        if flag is not None:
+            fields[key] = flag
     pad = _bool(r, "moe_pad_to_capacity")
     if pad is not None:
         fields["moe_pad_to_capacity"] = pad

@@ -167,6 +167,8 @@ def _moe_load(model: ModelSpec, plan, seq_len: int) -> float:
 def recompute_mode(recompute: str, fw: FrameworkProfile) -> str:
     """What a plan's recompute mode repeats in this framework: Megatron's ``selective`` is the
     attention core (Korthikanti et al. 2022); torchtitan's is op-level (``selective_ops``)."""
+    if recompute == "selective" and fw.recompute_modules:
+        return "modules:" + "+".join(sorted(fw.recompute_modules))
     if recompute == "selective" and fw.selective_recompute == "ops":
         return "selective_ops"
     if recompute == "selective" and fw.selective_recompute == "norm_up":
@@ -194,9 +196,35 @@ def recompute_ops(mode: str, fwd: tuple[Op, ...], core: tuple[Op, ...], c: Layer
         ops = op_sac_recompute(c, fwd)
     elif mode == "selective_norm_up":
         ops = tuple(op for op in fwd if _norm_up_recomputed(op.name))
+    elif mode.startswith("modules:"):
+        modules = mode.removeprefix("modules:").split("+")
+        ops = tuple(op for op in fwd if _module_recomputed(op.name, modules, moe))
     else:
         return ()
     return tuple(replace(op, phase=Phase.RECOMPUTE, extra={}) for op in ops)
+
+
+def _module_recomputed(name: str, modules: list[str], moe: bool) -> bool:
+    """Whether Megatron-Core's selective recomputation of ``modules`` repeats the forward op ``name``
+    (transformer_config.py recompute_modules, core_r0.15; transformer_layer.py, multi_latent_attention.py,
+    experts.py): core_attn the attention kernel; layernorm both norms; mla_up_proj the q/kv up-projections
+    and RoPE (with their FP8 casts); moe_act the routed experts' activation, whose recomputed output the
+    down-projection quantizes again for its weight gradient; mlp a dense layer's MLP; moe the whole MoE
+    block, its dispatch and combine included; shared_experts the shared expert's MLP."""
+    base = name.removesuffix(".fp8_cast")
+    if "core_attn" in modules and base == "attn.flash":
+        return True
+    if "layernorm" in modules and base in ("norm1", "norm2"):
+        return True
+    if "mla_up_proj" in modules and base in ("attn.q_up", "attn.kv_up", "attn.rope"):
+        return True
+    if "moe_act" in modules and (base == "moe.expert.act" or name == "moe.expert.down.fp8_cast"):
+        return True
+    if "mlp" in modules and not moe and base.startswith("mlp.") and base != "mlp.residual":
+        return True
+    if "moe" in modules and moe and base.startswith("moe."):
+        return True
+    return "shared_experts" in modules and base.startswith("moe.shared.")
 
 
 def _norm_up_recomputed(name: str) -> bool:

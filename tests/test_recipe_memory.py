@@ -1,0 +1,162 @@
+"""Memory as the published recipes hold it (issue 16, item 6): Megatron-Core's named recompute modules,
+the optimizer's storage (Adam moment dtype, fp32 master copy) and FP8 weights. Hand-checkable cases;
+figures from constants.py."""
+from __future__ import annotations
+
+import pytest
+
+from clustertwin.constants import value
+from clustertwin.errors import PlanError
+from clustertwin.schedule.memory import layer_activation_bytes, stage_memory
+from clustertwin.specs.framework import for_plan, get_framework
+from clustertwin.specs.plan import parse_plan
+from clustertwin.validate.compare import validate_rows
+from clustertwin.validate.runs import read_runs
+from clustertwin.workload.graph import recompute_mode, recompute_ops
+from clustertwin.workload.transformer import LayerContext
+
+
+def _moe_ctx(**kw) -> LayerContext:
+    """A DeepSeek-style MoE layer with MLA on one rank (no TP, flash attention, no dropout)."""
+    base = dict(micro_batch=1, seq_len=4096, tokens=4096, hidden=7168, heads=128, kv_heads=128, qk_head_dim=192,
+                v_head_dim=128, ffn=18432, tp=1, cp=1, sp=False, gated=True, norm="rmsnorm", rope=True, bias=False,
+                dropout=False, attention_kernel="flash", gemm_dtype="bf16", act_bytes=2, fused_bias_act=True,
+                fused_residual=True, fused_rope=True, experts_local=32, top_k=8, ep=8, expert_ffn=2048,
+                shared_ffn=2048, num_experts=256, mla=(1536, 512, 64))
+    base.update(kw)
+    return LayerContext(**base)
+
+
+# ---- named recompute modules ---------------------------------------------------------------------
+def test_each_recompute_module_drops_what_it_recomputes() -> None:
+    c = _moe_ctx()
+    T, h, a, k = c.tokens, c.hidden, c.act_bytes, c.top_k
+    none = layer_activation_bytes(c, True, "none")
+    moe_act = layer_activation_bytes(c, True, "modules:moe_act")
+    assert none - moe_act == pytest.approx(T * k * c.expert_ffn * a)        # the experts' SwiGLU output
+    up = layer_activation_bytes(c, True, "modules:mla_up_proj")
+    qkv = T * (c.heads * c.qk_head_dim + c.kv_heads * (c.qk_head_dim + c.v_head_dim)) * a
+    assert none - up == pytest.approx(qkv - T * sum(c.mla) * a)              # q, k, v -> the latents
+    norms = layer_activation_bytes(c, True, "modules:layernorm")
+    assert none - norms == pytest.approx(2 * T * h * a)                     # both norm outputs
+    shared = layer_activation_bytes(c, True, "modules:shared_experts")
+    assert none - shared == pytest.approx(T * c.shared_ffn * a * 3)
+    # modules add up (they drop disjoint tensors)
+    both = layer_activation_bytes(c, True, "modules:mla_up_proj+moe_act")
+    assert none - both == pytest.approx((none - up) + (none - moe_act))
+    # the whole MoE block: only its input is kept of the MLP half
+    whole = layer_activation_bytes(c, True, "modules:moe")
+    assert whole < moe_act and whole < shared
+    # core_attn alone is Megatron's default selective recomputation
+    assert layer_activation_bytes(c, True, "modules:core_attn") == layer_activation_bytes(c, True, "selective")
+    # mlp acts on dense layers only
+    assert layer_activation_bytes(c, False, "modules:mlp") < layer_activation_bytes(c, False, "none")
+    assert layer_activation_bytes(c, True, "modules:mlp") == none
+
+
+def test_recompute_modules_are_repeated_in_backward() -> None:
+    """The recomputed ops are the modules' forward ops, so recomputation is priced in time."""
+    from clustertwin.workload.graph import layer_ops
+    c = _moe_ctx()
+    fwd, _, core = layer_ops(c, True)
+    names = {op.name for op in recompute_ops("modules:mla_up_proj", fwd, core, c, True)}
+    assert names == {"attn.q_up", "attn.kv_up", "attn.rope"}
+    names = {op.name for op in recompute_ops("modules:moe_act", fwd, core, c, True)}
+    assert names == {"moe.expert.act"}
+    assert {op.name for op in recompute_ops("modules:core_attn", fwd, core, c, True)} == {"attn.flash"}
+    assert recompute_ops("modules:mlp", fwd, core, c, True) == ()          # an MoE layer has no dense MLP
+
+
+def test_plan_names_the_recompute_modules() -> None:
+    p = parse_plan("tp=1,pp=16,recompute=selective,recompute_modules=mla_up_proj+moe_act")
+    assert p.recompute_modules == ("mla_up_proj", "moe_act")
+    fw = for_plan(get_framework("megatron"), p)
+    assert recompute_mode("selective", fw) == "modules:mla_up_proj+moe_act"
+    assert recompute_mode("selective", get_framework("megatron")) == "selective"
+    with pytest.raises(PlanError, match="recompute=selective"):
+        parse_plan("recompute=none,recompute_modules=moe_act")
+    with pytest.raises(PlanError):
+        parse_plan("recompute=selective,recompute_modules=everything")
+
+
+# ---- optimizer storage and FP8 weights -----------------------------------------------------------
+_KW = dict(dense=1e9, expert=4e9, dp_cp=16, edp=2, layers_dense=0, layers_moe=4, act_dense=0.0, act_moe=1e8,
+           act_full_layer=0.0, in_flight_layers=4, embedding=2e8)
+
+
+def test_precision_aware_optimizer_and_bf16_gradients() -> None:
+    """Megatron-Bridge's DeepSeek-V3 recipe: fp32 master, bf16 moments (4 + 2 + 2 bytes), bf16 gradients."""
+    base = get_framework("megatron")
+    plan = parse_plan("recompute=selective,grad_reduce_dtype=bf16,adam_moments_dtype=bf16")
+    fw = for_plan(base, plan)
+    shard = 1e9 / 16 + 4e9 / 2
+    m = stage_memory(fw, "bf16", 1, **_KW)
+    assert m["optimizer"] == pytest.approx(8 * shard)
+    assert m["gradients"] == pytest.approx(2 * 5e9)
+    assert stage_memory(base, "bf16", 1, **_KW)["optimizer"] == pytest.approx(12 * shard)
+
+
+def test_adam_on_bf16_weights_keeps_no_master_copy() -> None:
+    """torch.optim.Adam on bf16 parameters (NeMo AutoModel): bf16 moments, no fp32 master: 4 bytes/param."""
+    fw = for_plan(get_framework("megatron"), parse_plan("master_weights=0,adam_moments_dtype=bf16"))
+    m = stage_memory(fw, "bf16", 3, **_KW)
+    shard = 1e9 / 16 + 4e9 / 2
+    assert m["optimizer"] == pytest.approx(value("memory.adam_bytes_per_param_bf16_moments_without_master") * shard)
+    assert m["weights"] == pytest.approx(2 * shard)
+
+
+def test_fp8_weights_replace_the_16_bit_copy_and_the_fp8_cache() -> None:
+    base = get_framework("megatron")
+    fw = for_plan(base, parse_plan("precision=fp8,fp8_params=1"))
+    plain = stage_memory(base, "fp8", 1, **_KW)
+    fp8w = stage_memory(fw, "fp8", 1, **_KW)
+    gemm = 1e9 - 2e8 + 4e9
+    assert fp8w["weights"] == pytest.approx(value("memory.fp8_param_bytes_per_param") * gemm + 2 * 2e8)
+    cache = value("memory.fp8_weight_cache_bytes_per_param") * 5e9
+    assert plain["other"] - fp8w["other"] == pytest.approx(cache)
+    with pytest.raises(PlanError, match="fp8"):
+        parse_plan("precision=bf16,fp8_params=1")
+
+
+# ---- the published MoE runs ----------------------------------------------------------------------
+def test_published_moe_recipes_fit_with_their_documented_memory_settings() -> None:
+    """All 25 published runs ran: with their recipes' recompute modules, optimizer storage and FP8 weights, the
+    Megatron-Bridge DeepSeek-V3 and Qwen3-235B H100 runs, the DGX Cloud DeepSeek-V3 runs and NeMo
+    AutoModel's runs fit their GPUs."""
+    rep = validate_rows(read_runs("data/validation/moe_public_runs.csv"))
+    fits = {r.run_id: r.fits for r in rep.rows}
+    for run in ("mbridge26.02-b200-deepseek-v3-mxfp8-256gpu", "mbridge25.11-b200-deepseek-v3-mtp-mxfp8-256gpu",
+                "mbridge26.02-h100-qwen3-235b-a22b-fp8-256gpu", "mbridge25.11-h100-qwen3-235b-a22b-fp8cs-256gpu",
+                "dgxc-h100-deepseek-v3-bf16-512gpu", "dgxc-h100-deepseek-v3-bf16-1024gpu",
+                "automodel-h100-qwen3-30b-a3b-bf16-8gpu", "automodel-h100-kimi-k2-bf16-256gpu"):
+        assert fits[run] is True, run
+    assert all(r.fits for r in rep.rows)
+
+
+# ---- Transformer Engine's FP8 GEMMs save their inputs in FP8 -----------------------------------------
+def test_te_fp8_gemm_inputs_are_saved_in_fp8() -> None:
+    """A dense layer: the QKV, up- and down-projection inputs kept in FP8 instead of 16-bit; the output
+    projection's FP8 input beside the attention's own 16-bit output. MXFP8 adds one byte per 32."""
+    c = _moe_ctx(mla=(), heads=32, kv_heads=8, qk_head_dim=128, hidden=4096, ffn=14336, fp8_recipe="current")
+    T, h, a = c.tokens, c.hidden, c.act_bytes
+    one = value("memory.te_fp8_saved_input_bytes_per_element")
+    bf16 = layer_activation_bytes(c, False, "none")
+    fp8 = layer_activation_bytes(c, False, "none", te_fp8=True)
+    saved = (T * h + T * h + T * c.ffn) * (a - one) - T * c.heads * c.v_head_dim * one
+    assert bf16 - fp8 == pytest.approx(saved)
+    mx = _moe_ctx(mla=(), heads=32, kv_heads=8, qk_head_dim=128, hidden=4096, ffn=14336, fp8_recipe="mxfp8")
+    more = layer_activation_bytes(mx, False, "none", te_fp8=True) - fp8
+    assert more == pytest.approx((2 * T * h + T * c.ffn + T * c.heads * c.v_head_dim) / 32)
+    # the MoE experts: the dispatched tokens and the SwiGLU output in FP8, the expert outputs 16-bit
+    m = _moe_ctx(fp8_recipe="current", shared_ffn=0)
+    k = m.top_k
+    d = layer_activation_bytes(m, True, "none") - layer_activation_bytes(m, True, "none", te_fp8=True)
+    qkv_in = m.tokens * m.hidden * (a - one)
+    proj = m.tokens * m.heads * m.v_head_dim * one
+    assert d == pytest.approx(qkv_in - proj + m.tokens * k * (m.hidden + m.expert_ffn) * (a - one))
+
+
+def test_te_fp8_saved_inputs_are_a_transformer_engine_stack_property() -> None:
+    assert get_framework("megatron").te_fp8_saved_inputs and get_framework("nemo").te_fp8_saved_inputs
+    assert not get_framework("torchtitan").te_fp8_saved_inputs
+    assert not get_framework("hai-llm").te_fp8_saved_inputs   # its own FP8 caches (norm_up)
