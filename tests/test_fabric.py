@@ -123,7 +123,7 @@ def test_unordered_nics_leave_nccl_simple_only():
 def test_cluster_file_on_p4de_nodes_prices_simple(tmp_path, capsys):
     """A user's cluster of p4de nodes: `collective` reports Simple at sizes NCCL would take LL for."""
     f = tmp_path / "p4de.yaml"
-    f.write_text("name: my-p4de\nnode: aws-p4de\nnum_nodes: 4\ninter_node_latency_s: 80us\n")
+    f.write_text("name: my-p4de\nnode: aws-p4de\nnum_nodes: 4\n")
     cluster = load_cluster(str(f))
     assert cluster.node.nic_ordered_128b_delivery is False
     code = main(["collective", "--op", "all_reduce", "--bytes", "64KiB", "--cluster", str(f), "--num-gpus", "16",

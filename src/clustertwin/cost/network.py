@@ -40,7 +40,9 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
   GPU's NIC carries 1/ranks per node of it; CollNet Chain runs the tree's NVLink chain. The same
   switches let NVLS span nodes (NVLS + SHARP).
 
-A network plugin may leave NCCL fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
+A network plugin's reported latency (the node's ``net_plugin_latency_s``: aws-ofi-nccl's 75 us on EFA) is
+added to every network step, twice for Simple, as NCCL's tuning.cc adds it. A network plugin may leave NCCL
+fewer protocols: aws-ofi-nccl sets Simple only (NCCL_PROTO=simple, for
 every communicator of the process) on EFA that does not deliver 128-byte lines in order (p4d/p4de; the
 node's ``nic_ordered_128b_delivery: false``); ``NetworkPricer(..., protocols=...)`` takes an explicit
 NCCL_PROTO on top. On nodes whose GPUs reach each other over PCIe only, NCCL leaves LL128 off unless
@@ -346,10 +348,12 @@ class NetworkPricer:
             self.nvls = node.gpu_scaleup_bandwidth * value(nvls_key)
         self.ll_max_node = value(f"nccl.ll_max_busbw.{arch}") if arch in ("ampere", "hopper", "blackwell") \
             else value("nccl.ll_max_busbw.ampere")
-        # a cluster's latency above NCCL's LL128 ring step is added to every step of its tier (NCCL adds
-        # a net plugin's latency to every protocol's network step, twice for Simple)
+        # a cluster's latency above NCCL's LL128 ring step is added to every step of its tier, and so is the
+        # latency the node's net plugin reports (NCCL adds ncclNetProperties.latency to every protocol's
+        # network step, twice for Simple: src/graph/tuning.cc)
         self.extra_intra = max(0.0, cluster.intra_node_latency_s - _lat("nvlink", "ring", "ll128"))
-        self.extra_inter = max(0.0, cluster.inter_node_latency_s - _lat("net", "ring", "ll128"))
+        self.extra_inter = max(0.0, cluster.inter_node_latency_s - _lat("net", "ring", "ll128")) \
+            + node.net_plugin_latency_s
         self._options: dict[tuple[str, GroupPlacement], np.ndarray] = {}
         self._lines: dict[tuple[str, GroupPlacement], list[tuple[float, float, float, float, float, bool, int]]] = {}
 
@@ -424,7 +428,8 @@ class NetworkPricer:
     def _step_latency(self, pl: GroupPlacement) -> float:
         """Per-step latency of the cluster's figures (all-to-all and send/recv)."""
         if pl.nodes > 1:
-            return self.cluster.inter_node_latency_s + 2 * _HOP * max(0, self.switch_tiers(pl) - 1)
+            return self.cluster.inter_node_latency_s + self.cluster.node.net_plugin_latency_s \
+                + 2 * _HOP * max(0, self.switch_tiers(pl) - 1)
         return self.cluster.intra_node_latency_s
 
     def latency(self, pl: GroupPlacement, kind: str) -> float:

@@ -29,7 +29,7 @@ QUANTITY_KINDS: dict[str, Kind] = {
     "peak_flops": "flops", "hbm_bytes": "bytes", "hbm_bandwidth_bytes_per_s": "bandwidth",
     "scaleup_bandwidth_bytes_per_s": "bandwidth", "pcie_bandwidth_bytes_per_s": "bandwidth",
     "nic_bandwidth_bytes_per_s": "bandwidth", "tdp_w": "power", "rated_tdp_w": "power",
-    "intra_node_latency_s": "latency", "inter_node_latency_s": "latency",
+    "intra_node_latency_s": "latency", "inter_node_latency_s": "latency", "net_plugin_latency_s": "latency",
     "torus_link_bandwidth_bytes_per_s": "bandwidth",
 }
 
@@ -58,6 +58,8 @@ PLAUSIBLE: dict[str, tuple[float, float, str, str]] = {
     # NCCL's own model charges 0.6 .. 14 us per step (NVIDIA/nccl src/graph/tuning.cc, hwLat)
     "intra_node_latency_s": (0.0, 1e-3, "a collective step's latency in a node", "s"),
     "inter_node_latency_s": (0.0, 1e-3, "a collective step's latency across nodes", "s"),
+    # aws-ofi-nccl reports 75 us (p4d/p4de, p5/p5e: src/platform-aws.cpp); the bound is 1 ms
+    "net_plugin_latency_s": (0.0, 1e-3, "a network plugin's reported latency", "s"),
 }
 
 # kinds a file must write with a unit: a bare 400 could be bytes or bits, per second or not, G or Gi
@@ -176,9 +178,15 @@ class NodeSpec(Frozen):
     nic_ordered_128b_delivery: bool = Field(
         True, description="the NIC delivers 128-byte lines in order (InfiniBand, RoCE, EFA with its RDMA protocol); "
         "false (EFA on p4d/p4de): aws-ofi-nccl sets NCCL_PROTO=simple, NCCL runs neither LL nor LL128")
+    net_plugin_latency_s: float = Field(
+        0.0, ge=0, le=1e-3, description="the latency the node's NCCL network plugin reports "
+        "(ncclNetProperties.latency), which NCCL adds to every network step of its model, twice for Simple "
+        "(src/graph/tuning.cc); 0 for InfiniBand/RoCE (NCCL's IB transport) and GPUDirect-TCPXO (its plugin "
+        "reports 0); aws-ofi-nccl reports 75 us on p4d/p4de and p5/p5e (src/platform-aws.cpp)")
 
     _p_bw: Any = field_validator("scaleup_bandwidth_bytes_per_s", "nic_bandwidth_bytes_per_s",
                             mode="before")(classmethod(_q("bandwidth")))
+    _p_plugin_lat: Any = field_validator("net_plugin_latency_s", mode="before")(classmethod(_q("latency")))
 
     @model_validator(mode="after")
     def _mesh(self) -> "NodeSpec":

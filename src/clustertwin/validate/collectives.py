@@ -39,7 +39,9 @@ NIC_ASSUMED = {
 
 # latency a network plugin adds to every network step, as the plugin reports it to NCCL (ncclNetProperties
 # latency, which NCCL's tuning.cc adds to each network step's latency, twice for Simple): run-id prefix ->
-# (seconds, source)
+# (seconds, source). It becomes the row's node field net_plugin_latency_s, as the aws-p4d/aws-p4de presets
+# carry it. GPUDirect-TCPXO reports 0 (google/nccl-plugin-gpudirect-tcpxo tcpdirect_plugin/fastrak_offload/
+# nccl_shim.cc GetProperties: props.latency = 0), InfiniBand/RoCE (NCCL's own IB transport) none.
 _AWS_OFI = ("aws/aws-ofi-nccl src/platform-aws.cpp (commit 2daf7d303aa139a03140aa530957d10521e4478d) "
             "platform_data_map")
 NET_PLUGIN_LATENCY = {
@@ -173,8 +175,9 @@ def cluster_of(row: dict):
         cluster = cluster.model_copy(update={"node": node})
     for prefix, (extra, _source) in NET_PLUGIN_LATENCY.items():
         if row["run_id"].startswith(prefix) and int(row["nodes"]) > 1:
-            # the cluster's figure is NCCL's LL128 ring step; the plugin's latency comes on top
-            cluster = cluster.model_copy(update={"inter_node_latency_s": cluster.inter_node_latency_s + extra})
+            # the node's net plugin reports it to NCCL, on top of the cluster's NCCL LL128 ring step
+            node = cluster.node.model_copy(update={"net_plugin_latency_s": extra})
+            cluster = cluster.model_copy(update={"node": node})
     return cluster
 
 
