@@ -147,7 +147,11 @@ def test_grouped_linear_python_loops_cost_per_expert_where_te_runs_them():
     assert pricer.host_time(fp8) == pytest.approx(fw.cpu_dispatch_s + 16 * (launch + py))        # weight workspaces
     wgrad = replace(gemm("moe.expert.up", 2048, 1536, 2048, "bf16", 2, batch=16), name="moe.expert.up.wgrad",
                     phase=Phase.BWD)
-    assert pricer.host_time(wgrad) == pytest.approx(fw.backward_dispatch_s + 16 * (launch + py))  # main-grad buffers
+    hook = value("moe.expert_grad_hook_host_s")   # AccumulateGrad + Megatron DDP hook per expert weight
+    assert pricer.host_time(wgrad) == pytest.approx(fw.backward_dispatch_s + 16 * (launch + py + hook))
+    # a data-gradient GEMM returns no weight gradient: no per-expert hook
+    dgrad = replace(wgrad, name="moe.expert.up.dgrad")
+    assert pricer.host_time(dgrad) == pytest.approx(fw.backward_dispatch_s + 16 * launch)
     # more local experts never take the host less time
     assert pricer.host_time(gemm("moe.expert.up", 1024, 1536, 2048, "fp8", 2, batch=32)) > pricer.host_time(fp8)
 
@@ -166,3 +170,18 @@ def test_fp8_expert_gemms_not_faster_than_deepgemm(shape):
     groups, m, n, k = shape
     op = gemm("moe.expert.up", m, n, k, "fp8", 2, batch=groups)
     assert op.flops / pricer.time(op) <= _DEEPGEMM_CONTIGUOUS[shape]
+
+
+def test_alltoall_dispatcher_sends_the_probabilities_in_their_own_all_to_all():
+    # Megatron-Core MoEAlltoAllTokenDispatcher.token_dispatch: global_probs = all_to_all(...) after the tokens'
+    # all-to-all, one value per routed copy; its gradient returns in the backward. DeepEP carries them inside.
+    c = _ctx()
+    fwd, bwd, _ = layer_ops(c, True)
+    probs = [op for op in fwd if op.name == "moe.dispatch_probs"]
+    assert len(probs) == 1 and probs[0].collective == "all_to_all" and probs[0].group == "ep"
+    assert probs[0].comm_bytes == pytest.approx(c.moe_tokens * c.top_k * c.act_bytes)
+    tokens = next(op for op in fwd if op.name == "moe.dispatch")
+    assert probs[0].comm_bytes * c.hidden == pytest.approx(tokens.comm_bytes)
+    assert [op.name for op in bwd].count("moe.dispatch_probs.bwd") == 1
+    deep_f, deep_b, _ = layer_ops(replace(c, moe_dispatcher="deepep"), True)
+    assert not [op for op in deep_f + deep_b if op.name.startswith("moe.dispatch_probs")]

@@ -1070,6 +1070,15 @@ _MOE: list[Constant] = [
              "handle_custom_ddp_from_mcore(weight, wgrad) for each expert (Megatron-Core's fused weight-gradient "
              "accumulation: a torch.empty of the main gradient's shape per expert)",
              "host time of a routed experts' GEMM: per local expert, FP8 forward GEMMs and weight-gradient GEMMs"),
+    Constant("moe.expert_grad_hook_host_s", 10e-6, "s",
+             "derived: te.GroupedLinear's backward returns one weight gradient per expert (Transformer Engine "
+             "v2.9 module/grouped_linear.py _GroupedLinear.backward: *wgrad_list, one dummy torch.empty per "
+             "expert under Megatron-Core's fused gradient accumulation), so the autograd engine runs each expert "
+             "weight's AccumulateGrad node and the Python hook Megatron-Core's DDP registers on it "
+             "(megatron/core/distributed/distributed_data_parallel.py _make_backward_post_hook, core_r0.15 "
+             "0d8e071: bucket-group lookup, param.grad reset, register_grad_ready): the node at about an aten call "
+             "without its Python half (~4 us) plus the hook at about one aten-call equivalent (" + _ATEN_OP + ")",
+             "host time of a routed experts' weight-gradient GEMM (Megatron, NeMo): per local expert weight"),
     Constant("moe.dtoh_sync_s", 10e-6, "s",
              "assumed: a few small pinned device-to-host copies of the token counts (cudaMemcpyAsync on a side "
              "stream) and a cudaEventSynchronize wake-up after the GPU reaches them, a few us each; not measured "

@@ -41,6 +41,7 @@ _EXPERT_LAUNCH_HOST = value("moe.expert_gemm_launch_host_s")  # host time of one
 _DTOH_SYNC = value("moe.dtoh_sync_s")                  # host time of the MoE token-count read-back
 _EXPERT_QUANTIZE_HOST = value("moe.expert_quantize_launch_host_s")   # one expert's FP8 input quantize launch
 _EXPERT_PY_HOST = value("moe.expert_python_host_s")    # TE grouped linear's Python per expert (FP8 fwd, wgrad)
+_EXPERT_GRAD_HOOK = value("moe.expert_grad_hook_host_s")   # AccumulateGrad + Megatron DDP hook per expert weight
 _CPP_LAUNCH_HOST = value("host.cpp_kernel_launch_s")     # a kernel launched from C++ after the call's first
 _GRAPH_REPLAY_HOST = value("host.cuda_graph_replay_s")   # one captured region's replay, per phase
 
@@ -387,7 +388,10 @@ class ComputePricer:
             # buffers of Megatron-Core's fused gradient accumulation (weight gradients)
             # (Megatron-Core's TEGroupedMLP: the Megatron and NeMo stacks)
             python = self._te_grouped and (op.name.endswith(".wgrad") or (op.dtype == "fp8" and op.phase != Phase.BWD))
-            return per_kernel * op.kernels + (_EXPERT_LAUNCH_HOST + (_EXPERT_PY_HOST if python else 0.0)) * experts
+            # each expert weight's gradient passes the autograd engine's AccumulateGrad node and
+            # Megatron-Core DDP's Python backward hook (constants moe.expert_grad_hook_host_s)
+            hook = _EXPERT_GRAD_HOOK if self._te_grouped and op.name.endswith(".wgrad") else 0.0
+            return per_kernel * op.kernels + (_EXPERT_LAUNCH_HOST + (_EXPERT_PY_HOST if python else 0.0) + hook) * experts
         if self._te_grouped and is_expert_cast(op) and op.extra and "experts" in op.extra:   # split_quantize
             # one quantize per expert, each of op.kernels launches (FP8 current scaling: amax, scale, cast)
             return per_kernel + _EXPERT_QUANTIZE_HOST * op.extra["experts"] * op.kernels

@@ -429,8 +429,15 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
         fwd.append(Op("moe.dtoh_sync", OpKind.ELEMENTWISE, FWD, bytes=_float(8.0 * c.num_experts), layer=layer,
                       extra={"host_sync": True}))
     sort = c.moe_dispatcher != "deepep" and _all(c.experts_local > 1) and _all(c.ep > 1)
+    # Megatron's alltoall dispatcher sends the routing probabilities in an all-to-all of their own, after the
+    # tokens' (token_dispatcher.py MoEAlltoAllTokenDispatcher.token_dispatch: global_probs = all_to_all(...),
+    # core_r0.15 0d8e071 and core_r0.16 b0cc270): one value per routed copy, in the router logits' dtype;
+    # its gradient returns the same way in the backward. DeepEP carries the probabilities in its dispatch.
+    probs_a2a = _all(c.ep > 1) and c.moe_dispatcher != "deepep"
     if _all(c.ep > 1):
         fwd.append(collective("moe.dispatch", "all_to_all", "ep", routed * c.hidden * a, FWD, layer=layer))
+    if probs_a2a:
+        fwd.append(collective("moe.dispatch_probs", "all_to_all", "ep", routed * a, FWD, layer=layer))
     if sort:
         fwd.append(elementwise("moe.sort_chunks", routed * c.hidden * 2 * a, FWD, layer))
     per_expert = maximum(1, routed // maximum(1, c.experts_local))
@@ -459,6 +466,8 @@ def _moe_mlp(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
     bwd += e_bwd
     if sort:
         bwd.append(elementwise("moe.sort_chunks.bwd", routed * c.hidden * 2 * a, BWD, layer))
+    if probs_a2a:
+        bwd.append(collective("moe.dispatch_probs.bwd", "all_to_all", "ep", routed * a, BWD, layer=layer))
     if _all(c.ep > 1):
         bwd.append(collective("moe.dispatch.bwd", "all_to_all", "ep", routed * c.hidden * a, BWD, layer=layer))
     bwd += bwd_tail
