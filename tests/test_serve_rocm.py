@@ -67,6 +67,9 @@ def test_build_setup_applies_the_platform_rule_to_a_rocm_run():
     assert any("unfused" in n for n in notes)
     h100, _ = build_setup(dataclasses.replace(q, gpu="h100-sxm"))
     assert not h100.engine.rocm_fp8_channelwise_unfused
+    # a per-tensor checkpoint never runs the fallback: no assumption about it in the notes
+    _, per_tensor = build_setup(dataclasses.replace(q, precision="fp8"))
+    assert not any("unfused" in n for n in per_tensor)
 
 
 @pytest.mark.parametrize("engine,version", [("sglang", "0.4.2.post4"), ("vllm", "0.7.3.dev138+g21f6ca217")])
