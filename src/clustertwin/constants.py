@@ -91,6 +91,17 @@ _CDNA_XGMI = ("ROCm blogs, 'Understanding RCCL Bandwidth and xGMI Performance on
               "(7 x 64 GB/s links) = 0.71 at 8 GB; each xGMI link carries 45-48 of its 64 GB/s after CRC and "
               "protocol overhead (TransferBench all-to-all in the same post; ROCm/rccl#1210) and the slowest of "
               "the 7 links caps a ring. Below Hopper's measured 0.81")
+# vLLM's FP8 linear layer for per-channel weight scales with per-token activation scales (Meta's fbgemm_fp8
+# checkpoints such as meta-llama/Llama-3.1-405B-FP8) where no CUTLASS kernel runs (ROCm): the 'naive' fallback
+_ROCM_FP8_NAIVE = ("vLLM apply_fp8_linear, torch._scaled_mm fallback 'for channelwise case, where we use unfused "
+                   "DQ due to limitations with scaled_mm' (vllm-project/vllm#6552, 2024-07, in "
+                   "layers/quantization/utils/w8a8_utils.py through v0.7.2; later torch_channelwise_w8a8_scaled_mm: "
+                   "'fallback to naive if per channel or per token'): cutlass_fp8_supported() is False off CUDA, so "
+                   "on ROCm the GEMM runs through torch._scaled_mm at unit scales with out_dtype=torch.float32 "
+                   "and the scales are applied after it; a row-wise scaled torch._scaled_mm (pytorch#144432, "
+                   "hipBLASLt, torch 2.7) replaced it on ROCm from vLLM 0.7.3 (vllm-project/vllm#12501, 'speeds up "
+                   "current naive implementation by at least 2 times'; vLLM blog 2025-02-24 'PTPC-FP8 ... vLLM "
+                   "(v0.7.3+) on AMD ROCm')")
 _GENERIC = ("assumed: the generic HardwareProfile default from before the per-architecture fill terms; "
             "no measurement of this architecture at hand")
 # Blackwell (B200 at 1,000 W; GB200 at up to 1,200 W): published measurements. A figure a benchmark took in a
@@ -1221,6 +1232,13 @@ _SERVE_KERNELS = [
              "dequantizes the weight every step (w.to(bfloat16) * w_scale) before a bf16 torch.bmm: 3 kernels "
              "each",
              "serving step overhead: kernels an FP8 MLA layer adds around its absorbed GEMMs (SGLang, AMD)"),
+    Constant("serve.kernels.vllm.fp8_channelwise_dequant_rocm", 3, "kernels",
+             _ROCM_FP8_NAIVE + ": after the GEMM, 'output = output * x_scale * weight_scale.t()' (two "
+             "elementwise multiplies) and 'output.to(dtype=input.dtype)' (a cast); torch.narrow is a view: 3 "
+             "kernels a GEMM",
+             "serving step overhead: kernels each FP8 GEMM of a per-channel-weight, per-token-activation "
+             "checkpoint adds on AMD GPUs in vLLM releases without a fused row-wise scaled GEMM "
+             "(EngineProfile.rocm_fp8_channelwise_unfused)"),
     *[Constant(f"serve.kernels.{e}.attn_split", 1, "kernels", src,
                "serving step overhead: kernels a layer adds when decode attention splits the KV length")
       for e, src in (
@@ -1259,9 +1277,21 @@ _SERVE_KERNELS = [
              "the time: 23.3 us / (7168 / 128 = 56 steps). SGLang's H200 tables of the same kernels (sglang#3893, "
              "2025-02, 'SGLang' column = Triton w8a8_block_fp8_matmul: 45-51 us at K = 7168 for N 576-2304, "
              "M 8-64; sglang#5820, 'vllm' = vLLM's CUTLASS block FP8: 45.6 us at N = 3072-4608, K = 7168) run "
-             "slower per step; their units are not printed, so the H100 figure with stated units is taken",
+             "slower per step; their units are not printed, so the H100 figure with stated units is taken. AMD "
+             "GPUs run the same Triton kernel (vLLM's cutlass_block_fp8_supported() is False off CUDA, "
+             "layers/quantization/utils/w8a8_utils.py; SGLang's DeepGEMM and sgl-kernel block GEMMs are CUDA-only) "
+             "and take H100's time a step as their floor, assumed: the one CDNA measurement at hand is slower "
+             "(ROCm/aiter#1232, 2025-10, MI350X, a Triton block-scale GEMM at M = 64-256, N = 2112, K = 7168: "
+             "117-129 us before tuning and 43-68 us after, 0.8-2.3 us a K step against H100's 0.42)",
              "serving: least time of one block-FP8 (128 x 128 scaled) dense GEMM per 128 of its K, in engines "
              "that run the Triton or CUTLASS-2.x block-FP8 GEMM (EngineProfile.block_fp8_k_step_s)"),
+    Constant("serve.fp8_channelwise_unfused_bytes", 24, "bytes",
+             _ROCM_FP8_NAIVE + ": per output element the GEMM writes fp32 (4 bytes where a fused GEMM writes 2 "
+             "of bf16: +2), the multiply by the token scales reads and writes fp32 (8), the multiply by the "
+             "channel scales likewise (8), the cast reads fp32 and writes bf16 (6): 2 + 8 + 8 + 6 = 24 bytes of "
+             "HBM traffic a fused (CUTLASS epilogue or row-wise scaled) GEMM does not move",
+             "serving: HBM bytes per output element of an FP8 GEMM that vLLM runs unfused on AMD GPUs "
+             "(EngineProfile.rocm_fp8_channelwise_unfused), priced memory-bound after the GEMM"),
     Constant("serve.vllm_v0_min_batched_tokens", 2048, "tokens",
              "vLLM V0 SchedulerConfig.__post_init__ (vllm/config.py, read at v0.7.3): without chunked prefill "
              "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "

@@ -52,6 +52,10 @@ class EngineProfile:
     # least time of a block-FP8 dense GEMM per 128 of its K (serve.block_fp8_k_step_s) where the release runs
     # DeepSeek's block-scaled linear layers through the Triton or CUTLASS-2.x block-FP8 GEMM; 0: not priced
     block_fp8_k_step_s: float = 0.0
+    # on AMD GPUs, the release runs the FP8 GEMMs of a per-channel-weight, per-token-activation checkpoint
+    # (Meta's fbgemm_fp8) unfused: a GEMM into fp32, then the scales and the cast as separate kernels
+    # (PLATFORM_RULES; priced by serve.workload with serve.fp8_channelwise_unfused_bytes)
+    rocm_fp8_channelwise_unfused: bool = False
     sources: tuple[str, ...] = ()
 
     @property
@@ -199,6 +203,43 @@ VERSION_RULES: tuple[VersionRule, ...] = (
 )
 
 
+# Defaults a release changes on one vendor's GPUs only (``needs``: the GPU vendor of the run's catalog entry,
+# ``amd`` or ``nvidia``): applied by ``engine_for_platform`` once the cluster is known.
+PLATFORM_RULES: tuple[VersionRule, ...] = (
+    VersionRule(
+        "vllm", (0, 7, 3), "amd", (("rocm_fp8_channelwise_unfused", True),),
+        "vLLM below 0.7.3 on ROCm runs an FP8 GEMM with per-channel weight and per-token activation scales "
+        "(Meta's fbgemm_fp8 checkpoints) through its unfused fallback: cutlass_fp8_supported() is False off "
+        "CUDA, so torch._scaled_mm runs at unit scales into fp32 and 'output * x_scale * weight_scale.t()' and "
+        "the bf16 cast follow as separate kernels (layers/quantization/utils/w8a8_utils.py apply_fp8_linear, "
+        "vllm-project/vllm#6552); the row-wise scaled torch._scaled_mm replaced it on ROCm in 0.7.3 "
+        "(vllm-project/vllm#12501; vLLM blog 2025-02-24, PTPC-FP8 on ROCm)"),
+)
+
+
+def engine_for_platform(profile: EngineProfile, version: str | None,
+                        vendor: str | None) -> tuple[EngineProfile, list[str]]:
+    """``profile`` with the PLATFORM_RULES that hold for release ``version`` on a GPU of ``vendor``, and one
+    note per rule applied; an unknown version or vendor keeps the profile.
+
+    >>> e, notes = engine_for_platform(get_engine("vllm"), "0.6.3.dev109+gcb3b2b9b", "amd")
+    >>> e.rocm_fp8_channelwise_unfused, len(notes)
+    (True, 1)
+    >>> engine_for_platform(get_engine("vllm"), "0.6.3", "nvidia")[0].rocm_fp8_channelwise_unfused
+    False
+    """
+    rel = parse_version(version)
+    notes: list[str] = []
+    if rel is None or not vendor:
+        return profile, notes
+    for rule in PLATFORM_RULES:
+        if rule.engine != profile.name or rel >= rule.before or rule.needs != vendor.lower():
+            continue
+        profile = replace(profile, **dict(rule.overrides))   # type: ignore[arg-type]
+        notes.append(f"{profile.name} {version} on {vendor.upper()} GPUs: " + rule.note)
+    return profile, notes
+
+
 def parse_version(text: str | None) -> tuple[int, ...] | None:
     """The release numbers of an engine version string (``0.7.3.dev138+g21f6ca217`` -> (0, 7, 3)); None when
     empty or unreadable."""
@@ -254,5 +295,5 @@ def get_engine(name: str) -> EngineProfile:
     return ENGINES[key]
 
 
-__all__ = ["EngineProfile", "ENGINES", "get_engine", "VersionRule", "VERSION_RULES", "parse_version",
-           "engine_for_version"]
+__all__ = ["EngineProfile", "ENGINES", "get_engine", "VersionRule", "VERSION_RULES", "PLATFORM_RULES",
+           "parse_version", "engine_for_version", "engine_for_platform"]

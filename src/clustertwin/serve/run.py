@@ -20,9 +20,9 @@ from ..constants import value
 from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
 from . import dataset, energy
-from .engines import EngineProfile, engine_for_version, get_engine
+from .engines import EngineProfile, engine_for_platform, engine_for_version, get_engine
 from .sim import Requests, SimResult, Simulator, make_requests
-from .workload import KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
+from .workload import CHANNELWISE_FP8, KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
 
 MAX_TOKENS = 10_000_000        # a request longer than this is a typo, not a workload
 MAX_REQUESTS = 10_000_000
@@ -257,6 +257,9 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     if num_gpus is None and q.cluster is None:
         num_gpus = replica * max(1, plan["dp"])
     cluster = resolve_cluster(q.gpu, num_gpus, q.cluster, q.gpus_per_node)
+    eng, platform_notes = engine_for_platform(eng, q.engine_version, cluster.gpu.vendor)
+    if eng.rocm_fp8_channelwise_unfused and q.precision in CHANNELWISE_FP8:   # the one platform rule so far
+        notes += platform_notes
     n = cluster.num_gpus
     if n % replica:
         raise PlanError("plan", f"tp*pp = {replica} does not divide {n} GPUs", "choose tp, pp dividing --num-gpus")

@@ -61,6 +61,10 @@ PRECISIONS: dict[str, tuple[float, str]] = {
     "fp8-ffn": (1.0, "fp8"),
 }
 FFN_ONLY = {"fp8-ffn"}   # precisions that quantize the inner layers' feed-forward GEMMs only
+# precisions whose FP8 GEMMs scale weights per output channel and activations per token (Meta's fbgemm_fp8
+# checkpoints: quantization_config 'fbgemm_fp8', one weight scale per row, dynamic per-row activation scales)
+CHANNELWISE_FP8 = {"fp8-ffn"}
+_UNFUSED_BYTES = value("serve.fp8_channelwise_unfused_bytes")   # per output element of an unfused FP8 GEMM
 KV_DTYPES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
 ACT_BYTES = 2.0   # activations stay 16-bit
 # kernels a decoder layer and a step launch, per engine, counted in each engine's model code
@@ -330,6 +334,10 @@ class StepPricer:
         self.moe_layers = m.num_moe_layers
         self.dense_layers = m.num_layers - self.moe_layers
         kc = kernel_counts(setup.engine.name)
+        # an engine release that runs per-channel FP8 GEMMs unfused on AMD GPUs (EngineProfile.
+        # rocm_fp8_channelwise_unfused): each FP8 GEMM writes fp32 and three elementwise kernels follow it
+        self._unfused = (setup.engine.rocm_fp8_channelwise_unfused and gpu.vendor == "amd"
+                         and setup.precision in CHANNELWISE_FP8)
         self.kernels = self._layer_kernels(kc)
         self.split_kernels = int(self.layers * kc["attn_split"])
         self._split_below = _SPLIT_FILL * gpu.sm_count / max(1, setup.kv_heads_gpu)
@@ -342,9 +350,10 @@ class StepPricer:
         self._proj: dict[int, float] = {}
         self.decode_attention_per_token = self._decode_attention_per_token()
         # block-FP8 dense GEMMs' least time per K step (the catalog's FP8 MLA checkpoints are DeepSeek's
-        # block-scaled ones); measured on H100: NVIDIA GPUs only
-        block_fp8 = (m.mla is not None and setup.gemm_dtype == "fp8" and setup.precision not in FFN_ONLY
-                     and gpu.vendor == "nvidia")
+        # block-scaled ones). Measured on H100; AMD GPUs run the same Triton w8a8_block_fp8_matmul (vLLM's
+        # cutlass_block_fp8_supported() is False off CUDA; SGLang's DeepGEMM and sgl-kernel block GEMMs are
+        # CUDA-only), and H100's time a step is taken as their floor (serve.block_fp8_k_step_s)
+        block_fp8 = m.mla is not None and setup.gemm_dtype == "fp8" and setup.precision not in FFN_ONLY
         self._k_step = setup.engine.block_fp8_k_step_s if block_fp8 else 0.0
 
     def _fp8_gemms(self, moe: bool) -> int:
@@ -373,7 +382,7 @@ class StepPricer:
                 per_layer += k("mla_bmm_quant") if s.cluster.gpu.vendor == "nvidia" else k("mla_bmm_dequant_rocm")
         moe_extra = k("moe_layer") + (k("grouped_topk") if m.moe_expert_groups else 0)
         moe_extra += k("shared_expert") if m.shared_ffn else 0
-        fp8 = k("fp8_per_gemm")
+        fp8 = k("fp8_per_gemm") + (k("fp8_channelwise_dequant_rocm") if self._unfused else 0)
         total = k("per_step")
         if self.dense_layers:
             total += self.dense_layers * (per_layer + fp8 * self._fp8_gemms(False))
@@ -401,12 +410,15 @@ class StepPricer:
         op = Op(name, OpKind.GEMM, Phase.FWD, flops=flops, bytes=nbytes, shape=(b, r, max(1, int(n)), max(1, int(k))),
                 dtype=dtype, layer="layer")
         t = self.compute.gemm_time(op)
+        # the unfused epilogue of a per-channel FP8 GEMM (fp32 output, two scale multiplies, the cast): HBM
+        # passes over the output after the GEMM
+        post = batch * rows * n * _UNFUSED_BYTES / self.mem_bw if self._unfused and dtype == "fp8" else 0.0
         floor = self.block_fp8_floor(name, k)
         if floor > t:     # a chain of K steps, not the HBM or the tensor cores, sets the time: streaming
-            return 0.0, floor
+            return 0.0, floor + post
         if nbytes / self.mem_bw >= 0.999 * t:
-            return 0.0, t
-        return t, 0.0
+            return 0.0, t + post
+        return t, post
 
     def block_fp8_floor(self, name: str, k: float) -> float:
         """Least seconds of the block-FP8 dense GEMM ``name`` with inner dimension ``k``: its thread blocks walk
@@ -671,5 +683,5 @@ def kernel_counts(engine: str) -> dict[str, float]:
     return got if got else group("serve.kernels.vllm")
 
 
-__all__ = ["PRECISIONS", "FFN_ONLY", "KV_DTYPES", "ServeSetup", "StepCost", "StepPricer", "MemoryPlan", "memory_plan",
+__all__ = ["PRECISIONS", "FFN_ONLY", "CHANNELWISE_FP8", "KV_DTYPES", "ServeSetup", "StepCost", "StepPricer", "MemoryPlan", "memory_plan",
            "parse_serve_plan", "kernel_counts"]
