@@ -617,7 +617,7 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
     assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
     assert engine_for_version(get_engine("sglang"), "0.4.1", mla=False)[0] == get_engine("sglang")
-    assert engine_for_version(get_engine("sglang"), "0.4.4", mla=True)[0] == get_engine("sglang")
+    assert engine_for_version(get_engine("sglang"), "0.4.6", mla=True)[0] == get_engine("sglang")
 
 
 def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
@@ -795,3 +795,56 @@ def test_block_fp8_gemms_take_at_least_their_chain_of_k_steps() -> None:
     bf16 = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="bf16", engine=old))
     mi = StepPricer(setup("deepseek-v3", "mi300x", 8, tp=8, ep=8, precision="fp8", engine=old))
     assert bf16.block_fp8_floor("attn.kv_a", 7168) == 0.0 and mi.block_fp8_floor("attn.kv_a", 7168) == 0.0
+
+
+def test_sglang_below_0_4_6_prefills_mla_absorbed_over_the_latent_widths() -> None:
+    """SGLang below 0.4.6 (its Triton/FlashInfer backends) prefills MLA in the absorbed form: per head the
+    attention's q.k runs over kv_lora_rank + rope = 576 and its output over kv_lora_rank = 512, against the
+    decompressed 192 and 128, at FlashAttention-2's efficiency; 0.4.6 on, other engines and GQA models keep
+    the FlashAttention pricing. Hand check: FLOPs scale by (576 + 512) / (192 + 128) = 3.4."""
+    from clustertwin.serve.engines import engine_for_version
+    old, notes = engine_for_version(get_engine("sglang"), "0.4.3.post2", mla=True)
+    assert old.mla_absorbed_prefill and any("forward_absorb" in n for n in notes)
+    for eng, ver, mla in (("sglang", "0.4.6", True), ("sglang", "0.4.1", False), ("vllm", "0.7.3", True),
+                          ("trtllm", "0.17", True)):
+        assert not engine_for_version(get_engine(eng), ver, mla=mla)[0].mla_absorbed_prefill
+    p = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=old))
+    new = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=get_engine("sglang")))
+    m = p.s.model
+    assert p.prefill_head_dims()[:2] == (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim, m.mla.kv_lora_rank) == (576, 512)
+    assert new.prefill_head_dims()[:2] == (m.qk_head_dim, m.v_head_dim)
+    a, b = sum(p.prefill_attention(4096, 0)), sum(new.prefill_attention(4096, 0))
+    assert a > (576 + 512) / (m.qk_head_dim + m.v_head_dim) * b     # more FLOPs, and a slower kernel
+    step = p.price(prefill=((4096, 0),))
+    assert step.total_s > new.price(prefill=((4096, 0),)).total_s
+    assert sum(step.breakdown().values()) == pytest.approx(step.total_s)
+    # decode is untouched: it reads the latent cache in the absorbed form in every release
+    assert p.price(decode_seqs=8, decode_context=8000).attention_s == new.price(decode_seqs=8,
+                                                                                decode_context=8000).attention_s
+
+
+def test_sglang_triton_mla_decode_reads_the_latent_cache_once_per_16_heads() -> None:
+    """SGLang's Triton MLA decode kernel (below 0.4.6) loads a sequence's latent cache once per program of
+    serve.triton_mla_decode_block_h = 16 query heads: with attention data parallelism a GPU computes all 128
+    heads (8 reads), under tp 8 its 16 (1 read); other engines read it once. Hand check: the memory-bound
+    decode attention is 8 x the one-read figure."""
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    old = engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0]
+    assert old.mla_decode_head_block == value("serve.triton_mla_decode_block_h") == 16
+    assert get_engine("sglang").mla_decode_head_block == 0
+    adp_old = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, attention_dp=8, precision="fp8", engine=old))
+    adp_new = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, attention_dp=8, precision="fp8",
+                               engine=get_engine("sglang")))
+    tp_old = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=old))
+    assert adp_old.mla_cache_reads() == 8 and tp_old.mla_cache_reads() == 1 and adp_new.mla_cache_reads() == 1
+    s = adp_old.s
+    one_read = s.kv_bytes_per_token_layer * s.model.num_layers / adp_old.mem_bw
+    g_old, m_old = adp_old.decode_attention_per_token
+    assert g_old == 0.0 and m_old == pytest.approx(8 * one_read)      # eight reads outrun the MLA FLOPs
+    assert sum(adp_new.decode_attention_per_token) < 8 * one_read
+    c = adp_old.price(decode_seqs=64, decode_context=64 * 4000)
+    assert c.total_s > adp_new.price(decode_seqs=64, decode_context=64 * 4000).total_s
+    assert sum(c.breakdown().values()) == pytest.approx(c.total_s)
+    llama = StepPricer(setup("llama3-8b", "h100-sxm", 1, engine=old))
+    assert llama.mla_cache_reads() == 1

@@ -1225,6 +1225,16 @@ _SERVE_KERNELS = [
              "slower per step; their units are not printed, so the H100 figure with stated units is taken",
              "serving: least time of one block-FP8 (128 x 128 scaled) dense GEMM per 128 of its K, in engines "
              "that run the Triton or CUTLASS-2.x block-FP8 GEMM (EngineProfile.block_fp8_k_step_s)"),
+    Constant("serve.triton_mla_decode_block_h", 16, "heads",
+             "SGLang python/sglang/srt/layers/attention/triton_ops/decode_attention.py, _decode_grouped_att_m_fwd "
+             "(v0.3-v0.4, the backend its model_runner.py forces for MLA models: 'MLA optimization is turned on. "
+             "Use triton backend.'): 'BLOCK_H = 16' and grid = (batch, triton.cdiv(head_num, min(BLOCK_H, "
+             "kv_group_num)), NUM_KV_SPLITS); MLA's latent cache has one KV head, so kv_group_num = head_num and "
+             "each program of 16 query heads loads its sequence's whole latent cache (Lk 576, BLOCK_DMODEL 512 + "
+             "BLOCK_DPE 64). Batch is the grid's fastest index, so the head groups of one sequence run a batch "
+             "of programs apart: assumed no L2 reuse between them",
+             "serving: an MLA decode step on an engine running this kernel reads the latent cache once per 16 "
+             "query heads a GPU computes (EngineProfile.mla_decode_head_block)"),
     Constant("serve.vllm_v0_min_batched_tokens", 2048, "tokens",
              "vLLM V0 SchedulerConfig.__post_init__ (vllm/config.py, read at v0.7.3): without chunked prefill "
              "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "
