@@ -733,7 +733,7 @@ def test_trtllm_pytorch_backend_before_1_0_decodes_without_cuda_graphs() -> None
     trt = get_engine("trtllm")
     old, notes = engine_for_version(trt, "0.17.post1.dev", mla=True, backend="pytorch")
     assert old.cuda_graph_max_batch == 0 and old.eager_dispatch_s == value("host.torch_forward_per_kernel_s")
-    assert len(notes) == 1
+    assert len(notes) == 2                                                 # eager, and 0.17's unfused routing
     assert engine_for_version(trt, "0.17", mla=True)[0] == trt             # the TensorRT engine runtime
     assert engine_for_version(trt, "1.0", mla=True, backend="pytorch")[0] == trt
     src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
@@ -848,3 +848,26 @@ def test_sglang_triton_mla_decode_reads_the_latent_cache_once_per_16_heads() -> 
     assert sum(c.breakdown().values()) == pytest.approx(c.total_s)
     llama = StepPricer(setup("llama3-8b", "h100-sxm", 1, engine=old))
     assert llama.mla_cache_reads() == 1
+
+
+def test_trtllm_pytorch_0_17_routes_deepseek_with_unfused_pytorch_ops() -> None:
+    """TensorRT-LLM's PyTorch backend of the 0.17 line runs DeepSeek's group-limited routing as 18 PyTorch ops
+    (serve.trtllm_pytorch_unfused_routing_kernels = 17 beyond the routing kernel moe_layer counts): each MoE
+    layer launches 17 more kernels; the TensorRT engine runtime, 0.18 on and models without expert groups keep
+    their count. Hand check: 58 MoE layers x 17 = 986 kernels more a step."""
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    trt = get_engine("trtllm")
+    old, notes = engine_for_version(trt, "0.17.post1.dev", mla=True, backend="pytorch")
+    assert old.grouped_topk_kernels == value("serve.trtllm_pytorch_unfused_routing_kernels") == 17
+    assert any("Deepseekv3RoutingImpl" in n for n in notes)
+    assert engine_for_version(trt, "0.18", mla=True, backend="pytorch")[0].grouped_topk_kernels is None
+    assert engine_for_version(trt, "0.17", mla=True)[0].grouped_topk_kernels is None    # TensorRT runtime
+    cur = engine_for_version(trt, "0.18", mla=True, backend="pytorch")[0]
+    a = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", engine=old))
+    b = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", engine=cur))
+    assert a.kernels - b.kernels == 17 * a.s.model.num_moe_layers == 986
+    assert a.price(decode_seqs=4, decode_context=16000).total_s > b.price(decode_seqs=4, decode_context=16000).total_s
+    mix_old = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=old))
+    mix_new = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=cur))
+    assert mix_old.kernels == mix_new.kernels                     # no expert groups: no grouped routing

@@ -1225,6 +1225,15 @@ _SERVE_KERNELS = [
              "slower per step; their units are not printed, so the H100 figure with stated units is taken",
              "serving: least time of one block-FP8 (128 x 128 scaled) dense GEMM per 128 of its K, in engines "
              "that run the Triton or CUTLASS-2.x block-FP8 GEMM (EngineProfile.block_fp8_k_step_s)"),
+    Constant("serve.trtllm_pytorch_unfused_routing_kernels", 17, "kernels",
+             "NVIDIA TensorRT-LLM tech blog 'Optimizing DeepSeek R1 Throughput on NVIDIA Blackwell GPUs' "
+             "(docs/source/blogs/tech_blog/blog3_...md), 'Top-K Kernels Fusions': DeepSeek-R1's group-limited "
+             "routing with bias and scales 'resulted in 18 PyTorch ops when not fused, see Deepseekv3RoutingImpl' "
+             "(tensorrt_llm/_torch/models/modeling_deepseekv3.py), fused later into 'as few as 2 kernels'; the "
+             "blog's baseline is February 2025's. 18 ops less the one routing kernel serve.kernels.*.moe_layer "
+             "counts: 17",
+             "serving step overhead: kernels a grouped-routing MoE layer adds on TensorRT-LLM's PyTorch backend "
+             "before the routing fusion (EngineProfile.grouped_topk_kernels)"),
     Constant("serve.triton_mla_decode_block_h", 16, "heads",
              "SGLang python/sglang/srt/layers/attention/triton_ops/decode_attention.py, _decode_grouped_att_m_fwd "
              "(v0.3-v0.4, the backend its model_runner.py forces for MLA models: 'MLA optimization is turned on. "

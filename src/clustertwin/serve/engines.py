@@ -19,6 +19,7 @@ _EAGER = value("host.torch_forward_per_kernel_s")
 _V0_MIN_BUDGET = value("serve.vllm_v0_min_batched_tokens")
 _BLOCK_FP8_K_STEP = value("serve.block_fp8_k_step_s")
 _TRITON_MLA_BLOCK_H = int(value("serve.triton_mla_decode_block_h"))
+_TRT_TORCH_ROUTING = value("serve.trtllm_pytorch_unfused_routing_kernels")
 _V1_DEFAULT = (0, 8)    # vLLM release whose default engine is V1 (v0.8.0 release notes)
 
 
@@ -59,6 +60,8 @@ class EngineProfile:
     # query heads per program of an MLA decode kernel that reads the latent cache once per program
     # (serve.triton_mla_decode_block_h); 0: the kernel reads it once per step for all heads
     mla_decode_head_block: int = 0
+    # kernels a group-limited-routing MoE layer adds (None: the engine's serve.kernels.<engine>.grouped_topk)
+    grouped_topk_kernels: float | None = None
     sources: tuple[str, ...] = ()
 
     @property
@@ -216,6 +219,11 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "and torch_compile_enabled to False (tensorrt_llm/_torch/pyexecutor/config.py, read at 0.20; the "
         "backend first shipped in 0.17, 'The PyTorch backend of TensorRT LLM is available in version 0.17 and "
         "later', docs torch.md); a trtllm-serve launch without --extra_llm_api_options keeps them"),
+    VersionRule(
+        "trtllm", (0, 18), "pytorch", (("grouped_topk_kernels", _TRT_TORCH_ROUTING),),
+        "TensorRT-LLM's PyTorch backend of the 0.17 line routes DeepSeek's group-limited top-k with 18 PyTorch "
+        "ops (Deepseekv3RoutingImpl; the tech blog 'Optimizing DeepSeek R1 Throughput on NVIDIA Blackwell "
+        "GPUs' fused them into as few as 2 kernels after its February baseline; assumed unfused through 0.17)"),
 )
 
 

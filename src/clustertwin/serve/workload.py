@@ -371,7 +371,8 @@ class StepPricer:
             per_layer += k("mla_layer") + k("mla_rope") + k("mla_glue")
             if s.gemm_dtype == "fp8" and s.precision not in FFN_ONLY:   # FP8 absorbed batched GEMMs
                 per_layer += k("mla_bmm_quant") if s.cluster.gpu.vendor == "nvidia" else k("mla_bmm_dequant_rocm")
-        moe_extra = k("moe_layer") + (k("grouped_topk") if m.moe_expert_groups else 0)
+        topk = s.engine.grouped_topk_kernels
+        moe_extra = k("moe_layer") + ((k("grouped_topk") if topk is None else topk) if m.moe_expert_groups else 0)
         moe_extra += k("shared_expert") if m.shared_ffn else 0
         fp8 = k("fp8_per_gemm")
         total = k("per_step")
