@@ -206,7 +206,7 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "later). Its decode kernel reads a sequence's latent cache once per 16 query heads "
         "(serve.triton_mla_decode_block_h: 8 times with attention data parallelism's 128 heads a GPU, once "
         "with tp 8's 16). It prefills in the absorbed form (forward_absorb: attention over the 576-wide "
-        "latent keys and 512-wide latent values of all heads) with its default Triton/FlashInfer backends; the "
+        "latent keys and 512-wide latent values of all heads), as its FlashInfer backends do too; the "
         "decompressed MHA path (forward_normal) runs only with --attention-backend fa3 (maintainer, sglang#5731, "
         "2025-04-25: 'Other backends almost always uses forward absorb'; it needs a batch with no cached "
         "prefix). Its Triton extend kernel tiles a 576-wide query by BLOCK_M 32 on Hopper (extend_attention.py, "
