@@ -617,7 +617,7 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert engine_for_version(vllm, "0.8.0", mla=True)[0] == vllm        # V1 from 0.8
     assert engine_for_version(vllm, None, mla=True)[0] == vllm           # unknown release: current defaults
     assert engine_for_version(get_engine("sglang"), "0.4.1", mla=False)[0] == get_engine("sglang")
-    assert engine_for_version(get_engine("sglang"), "0.4.4", mla=True)[0] == get_engine("sglang")
+    assert engine_for_version(get_engine("sglang"), "0.4.6", mla=True)[0] == get_engine("sglang")
 
 
 def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
@@ -733,7 +733,7 @@ def test_trtllm_pytorch_backend_before_1_0_decodes_without_cuda_graphs() -> None
     trt = get_engine("trtllm")
     old, notes = engine_for_version(trt, "0.17.post1.dev", mla=True, backend="pytorch")
     assert old.cuda_graph_max_batch == 0 and old.eager_dispatch_s == value("host.torch_forward_per_kernel_s")
-    assert len(notes) == 1
+    assert len(notes) == 2                                                 # eager, and 0.17's unfused routing
     assert engine_for_version(trt, "0.17", mla=True)[0] == trt             # the TensorRT engine runtime
     assert engine_for_version(trt, "1.0", mla=True, backend="pytorch")[0] == trt
     src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
@@ -797,3 +797,79 @@ def test_block_fp8_gemms_take_at_least_their_chain_of_k_steps() -> None:
     assert bf16.block_fp8_floor("attn.kv_a", 7168) == 0.0
     # AMD GPUs run the same Triton kernel (no CUTLASS or DeepGEMM block GEMM off CUDA): the floor holds there too
     assert mi.block_fp8_floor("attn.kv_a", 7168) == pytest.approx(56 * step)
+
+
+def test_sglang_below_0_4_6_prefills_mla_absorbed_over_the_latent_widths() -> None:
+    """SGLang below 0.4.6 (its Triton/FlashInfer backends) prefills MLA in the absorbed form: per head the
+    attention's q.k runs over kv_lora_rank + rope = 576 and its output over kv_lora_rank = 512, against the
+    decompressed 192 and 128, at FlashAttention-2's efficiency; 0.4.6 on, other engines and GQA models keep
+    the FlashAttention pricing. Hand check: FLOPs scale by (576 + 512) / (192 + 128) = 3.4."""
+    from clustertwin.serve.engines import engine_for_version
+    old, notes = engine_for_version(get_engine("sglang"), "0.4.3.post2", mla=True)
+    assert old.mla_absorbed_prefill and any("forward_absorb" in n for n in notes)
+    for eng, ver, mla in (("sglang", "0.4.6", True), ("sglang", "0.4.1", False), ("vllm", "0.7.3", True),
+                          ("trtllm", "0.17", True)):
+        assert not engine_for_version(get_engine(eng), ver, mla=mla)[0].mla_absorbed_prefill
+    p = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=old))
+    new = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=get_engine("sglang")))
+    m = p.s.model
+    assert p.prefill_head_dims()[:2] == (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim, m.mla.kv_lora_rank) == (576, 512)
+    assert new.prefill_head_dims()[:2] == (m.qk_head_dim, m.v_head_dim)
+    a, b = sum(p.prefill_attention(4096, 0)), sum(new.prefill_attention(4096, 0))
+    assert a > (576 + 512) / (m.qk_head_dim + m.v_head_dim) * b     # more FLOPs, and a slower kernel
+    step = p.price(prefill=((4096, 0),))
+    assert step.total_s > new.price(prefill=((4096, 0),)).total_s
+    assert sum(step.breakdown().values()) == pytest.approx(step.total_s)
+    # decode is untouched: it reads the latent cache in the absorbed form in every release
+    assert p.price(decode_seqs=8, decode_context=8000).attention_s == new.price(decode_seqs=8,
+                                                                                decode_context=8000).attention_s
+
+
+def test_sglang_triton_mla_decode_reads_the_latent_cache_once_per_16_heads() -> None:
+    """SGLang's Triton MLA decode kernel (below 0.4.6) loads a sequence's latent cache once per program of
+    serve.triton_mla_decode_block_h = 16 query heads: with attention data parallelism a GPU computes all 128
+    heads (8 reads), under tp 8 its 16 (1 read); other engines read it once. Hand check: the memory-bound
+    decode attention is 8 x the one-read figure."""
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    old = engine_for_version(get_engine("sglang"), "0.4.1", mla=True)[0]
+    assert old.mla_decode_head_block == value("serve.triton_mla_decode_block_h") == 16
+    assert get_engine("sglang").mla_decode_head_block == 0
+    adp_old = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, attention_dp=8, precision="fp8", engine=old))
+    adp_new = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, attention_dp=8, precision="fp8",
+                               engine=get_engine("sglang")))
+    tp_old = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=old))
+    assert adp_old.mla_cache_reads() == 8 and tp_old.mla_cache_reads() == 1 and adp_new.mla_cache_reads() == 1
+    s = adp_old.s
+    one_read = s.kv_bytes_per_token_layer * s.model.num_layers / adp_old.mem_bw
+    g_old, m_old = adp_old.decode_attention_per_token
+    assert g_old == 0.0 and m_old == pytest.approx(8 * one_read)      # eight reads outrun the MLA FLOPs
+    assert sum(adp_new.decode_attention_per_token) < 8 * one_read
+    c = adp_old.price(decode_seqs=64, decode_context=64 * 4000)
+    assert c.total_s > adp_new.price(decode_seqs=64, decode_context=64 * 4000).total_s
+    assert sum(c.breakdown().values()) == pytest.approx(c.total_s)
+    llama = StepPricer(setup("llama3-8b", "h100-sxm", 1, engine=old))
+    assert llama.mla_cache_reads() == 1
+
+
+def test_trtllm_pytorch_0_17_routes_deepseek_with_unfused_pytorch_ops() -> None:
+    """TensorRT-LLM's PyTorch backend of the 0.17 line runs DeepSeek's group-limited routing as 18 PyTorch ops
+    (serve.trtllm_pytorch_unfused_routing_kernels = 17 beyond the routing kernel moe_layer counts): each MoE
+    layer launches 17 more kernels; the TensorRT engine runtime, 0.18 on and models without expert groups keep
+    their count. Hand check: 58 MoE layers x 17 = 986 kernels more a step."""
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    trt = get_engine("trtllm")
+    old, notes = engine_for_version(trt, "0.17.post1.dev", mla=True, backend="pytorch")
+    assert old.grouped_topk_kernels == value("serve.trtllm_pytorch_unfused_routing_kernels") == 17
+    assert any("Deepseekv3RoutingImpl" in n for n in notes)
+    assert engine_for_version(trt, "0.18", mla=True, backend="pytorch")[0].grouped_topk_kernels is None
+    assert engine_for_version(trt, "0.17", mla=True)[0].grouped_topk_kernels is None    # TensorRT runtime
+    cur = engine_for_version(trt, "0.18", mla=True, backend="pytorch")[0]
+    a = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", engine=old))
+    b = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="fp8", engine=cur))
+    assert a.kernels - b.kernels == 17 * a.s.model.num_moe_layers == 986
+    assert a.price(decode_seqs=4, decode_context=16000).total_s > b.price(decode_seqs=4, decode_context=16000).total_s
+    mix_old = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=old))
+    mix_new = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=cur))
+    assert mix_old.kernels == mix_new.kernels                     # no expert groups: no grouped routing

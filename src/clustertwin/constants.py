@@ -1292,6 +1292,25 @@ _SERVE_KERNELS = [
              "HBM traffic a fused (CUTLASS epilogue or row-wise scaled) GEMM does not move",
              "serving: HBM bytes per output element of an FP8 GEMM that vLLM runs unfused on AMD GPUs "
              "(EngineProfile.rocm_fp8_channelwise_unfused), priced memory-bound after the GEMM"),
+    Constant("serve.trtllm_pytorch_unfused_routing_kernels", 17, "kernels",
+             "NVIDIA TensorRT-LLM tech blog 'Optimizing DeepSeek R1 Throughput on NVIDIA Blackwell GPUs' "
+             "(docs/source/blogs/tech_blog/blog3_...md), 'Top-K Kernels Fusions': DeepSeek-R1's group-limited "
+             "routing with bias and scales 'resulted in 18 PyTorch ops when not fused, see Deepseekv3RoutingImpl' "
+             "(tensorrt_llm/_torch/models/modeling_deepseekv3.py), fused later into 'as few as 2 kernels'; the "
+             "blog's baseline is February 2025's. 18 ops less the one routing kernel serve.kernels.*.moe_layer "
+             "counts: 17",
+             "serving step overhead: kernels a grouped-routing MoE layer adds on TensorRT-LLM's PyTorch backend "
+             "before the routing fusion (EngineProfile.grouped_topk_kernels)"),
+    Constant("serve.triton_mla_decode_block_h", 16, "heads",
+             "SGLang python/sglang/srt/layers/attention/triton_ops/decode_attention.py, _decode_grouped_att_m_fwd "
+             "(v0.3-v0.4, the backend its model_runner.py forces for MLA models: 'MLA optimization is turned on. "
+             "Use triton backend.'): 'BLOCK_H = 16' and grid = (batch, triton.cdiv(head_num, min(BLOCK_H, "
+             "kv_group_num)), NUM_KV_SPLITS); MLA's latent cache has one KV head, so kv_group_num = head_num and "
+             "each program of 16 query heads loads its sequence's whole latent cache (Lk 576, BLOCK_DMODEL 512 + "
+             "BLOCK_DPE 64). Batch is the grid's fastest index, so the head groups of one sequence run a batch "
+             "of programs apart: assumed no L2 reuse between them",
+             "serving: an MLA decode step on an engine running this kernel reads the latent cache once per 16 "
+             "query heads a GPU computes (EngineProfile.mla_decode_head_block)"),
     Constant("serve.vllm_v0_min_batched_tokens", 2048, "tokens",
              "vLLM V0 SchedulerConfig.__post_init__ (vllm/config.py, read at v0.7.3): without chunked prefill "
              "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "

@@ -18,6 +18,8 @@ _COMPILED = value("host.compiled_per_kernel_s")
 _EAGER = value("host.torch_forward_per_kernel_s")
 _V0_MIN_BUDGET = value("serve.vllm_v0_min_batched_tokens")
 _BLOCK_FP8_K_STEP = value("serve.block_fp8_k_step_s")
+_TRITON_MLA_BLOCK_H = int(value("serve.triton_mla_decode_block_h"))
+_TRT_TORCH_ROUTING = value("serve.trtllm_pytorch_unfused_routing_kernels")
 _V1_DEFAULT = (0, 8)    # vLLM release whose default engine is V1 (v0.8.0 release notes)
 
 
@@ -56,6 +58,14 @@ class EngineProfile:
     # (Meta's fbgemm_fp8) unfused: a GEMM into fp32, then the scales and the cast as separate kernels
     # (PLATFORM_RULES; priced by serve.workload with serve.fp8_channelwise_unfused_bytes)
     rocm_fp8_channelwise_unfused: bool = False
+    # MLA prefill in the absorbed form (attention over the latent: q.k over kv_lora_rank + rope dims, output
+    # kv_lora_rank wide, per head) by a Triton kernel, instead of the decompressed MHA form; see VERSION_RULES
+    mla_absorbed_prefill: bool = False
+    # query heads per program of an MLA decode kernel that reads the latent cache once per program
+    # (serve.triton_mla_decode_block_h); 0: the kernel reads it once per step for all heads
+    mla_decode_head_block: int = 0
+    # kernels a group-limited-routing MoE layer adds (None: the engine's serve.kernels.<engine>.grouped_topk)
+    grouped_topk_kernels: float | None = None
     sources: tuple[str, ...] = ()
 
     @property
@@ -194,12 +204,30 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "were wired in): at decode sizes it walks K in a chain of 128-wide steps (serve.block_fp8_k_step_s a "
         "step)"),
     VersionRule(
+        "sglang", (0, 4, 6), "mla", (("mla_absorbed_prefill", True), ("mla_decode_head_block", _TRITON_MLA_BLOCK_H)),
+        "SGLang below 0.4.6 runs MLA models on its Triton attention backend (model_runner.py: 'MLA optimization "
+        "is turned on. Use triton backend.', unless --enable-flashinfer-mla from 0.4.3 or --attention-backend fa3 "
+        "later). Its decode kernel reads a sequence's latent cache once per 16 query heads "
+        "(serve.triton_mla_decode_block_h: 8 times with attention data parallelism's 128 heads a GPU, once "
+        "with tp 8's 16). It prefills in the absorbed form (forward_absorb: attention over the 576-wide "
+        "latent keys and 512-wide latent values of all heads), as its FlashInfer backends do too; the "
+        "decompressed MHA path (forward_normal) runs only with --attention-backend fa3 (maintainer, sglang#5731, "
+        "2025-04-25: 'Other backends almost always uses forward absorb'; it needs a batch with no cached "
+        "prefix). Its Triton extend kernel tiles a 576-wide query by BLOCK_M 32 on Hopper (extend_attention.py, "
+        "'BLOCK_M, BLOCK_N = (32, 64)' for Lq > 256, num_stages 1), below the 64 rows a Hopper warpgroup MMA "
+        "needs, so it runs mma.sync like FlashAttention-2: priced at the profile's FlashAttention-2 efficiency"),
+    VersionRule(
         "trtllm", (0, 21), "pytorch", (("cuda_graph_max_batch", 0), ("eager_dispatch_s", _EAGER)),
         "TensorRT-LLM's PyTorch backend before the 1.0 API runs the model as eager nn.Modules unless told "
         "otherwise: PyTorchConfig.use_cuda_graph defaults to False ('If true, use CUDA graphs for decoding') "
         "and torch_compile_enabled to False (tensorrt_llm/_torch/pyexecutor/config.py, read at 0.20; the "
         "backend first shipped in 0.17, 'The PyTorch backend of TensorRT LLM is available in version 0.17 and "
         "later', docs torch.md); a trtllm-serve launch without --extra_llm_api_options keeps them"),
+    VersionRule(
+        "trtllm", (0, 18), "pytorch", (("grouped_topk_kernels", _TRT_TORCH_ROUTING),),
+        "TensorRT-LLM's PyTorch backend of the 0.17 line routes DeepSeek's group-limited top-k with 18 PyTorch "
+        "ops (Deepseekv3RoutingImpl; the tech blog 'Optimizing DeepSeek R1 Throughput on NVIDIA Blackwell "
+        "GPUs' fused them into as few as 2 kernels after its February baseline; assumed unfused through 0.17)"),
 )
 
 

@@ -380,7 +380,8 @@ class StepPricer:
             per_layer += k("mla_layer") + k("mla_rope") + k("mla_glue")
             if s.gemm_dtype == "fp8" and s.precision not in FFN_ONLY:   # FP8 absorbed batched GEMMs
                 per_layer += k("mla_bmm_quant") if s.cluster.gpu.vendor == "nvidia" else k("mla_bmm_dequant_rocm")
-        moe_extra = k("moe_layer") + (k("grouped_topk") if m.moe_expert_groups else 0)
+        topk = s.engine.grouped_topk_kernels
+        moe_extra = k("moe_layer") + ((k("grouped_topk") if topk is None else topk) if m.moe_expert_groups else 0)
         moe_extra += k("shared_expert") if m.shared_ffn else 0
         fp8 = k("fp8_per_gemm") + (k("fp8_channelwise_dequant_rocm") if self._unfused else 0)
         total = k("per_step")
@@ -512,7 +513,7 @@ class StepPricer:
             flops = 2.0 * s.heads_gpu * (m.qk_head_dim + m.v_head_dim)
         p = self.compute.profile
         t_f = flops / (s.cluster.gpu.peak("bf16") * p.attention_fwd_efficiency)
-        t_b = s.kv_bytes_per_token_layer / self.mem_bw
+        t_b = s.kv_bytes_per_token_layer * self.mla_cache_reads() / self.mem_bw
         return ((t_f * self.layers, 0.0) if t_f > t_b else (0.0, t_b * self.layers))
 
     def prefill_attention(self, q: int, context: int) -> tuple[float, float]:
@@ -523,16 +524,36 @@ class StepPricer:
         if got is None:
             s, m = self.s, self.s.model
             c = (context // 64) * 64
-            dqk = m.qk_head_dim
-            dv = m.v_head_dim
+            dqk, dv, name = self.prefill_head_dims()
             flops = 2.0 * q * (c + (q + 1) / 2.0) * s.heads_gpu * (dqk + dv)
             nbytes = (c + q) * s.kv_bytes_per_token_layer + 2 * q * s.heads_gpu * (dqk + dv) * ACT_BYTES
-            op = Op("attn.flash", OpKind.ATTENTION, Phase.FWD, flops=flops, bytes=nbytes,
+            op = Op(name, OpKind.ATTENTION, Phase.FWD, flops=flops, bytes=nbytes,
                     shape=(1, s.heads_gpu, q, c + q, dqk, dv), layer="layer")
             t = self.compute.attention_time(op)
             got = (0.0, t * self.layers) if nbytes / self.mem_bw >= 0.999 * t else (t * self.layers, 0.0)
             self._pre[key] = got
         return got
+
+    def mla_cache_reads(self) -> int:
+        """Times a decode step reads each cached token of an MLA model: once, or once per program of
+        ``EngineProfile.mla_decode_head_block`` query heads where the engine's kernel loads the latent cache per
+        head group (the heads one GPU computes: all of them with attention data parallelism, 1/tp without)."""
+        s = self.s
+        blk = s.engine.mla_decode_head_block if s.model.mla else 0
+        if not blk:
+            return 1
+        heads = s.model.num_heads if s.attention_dp > 1 else s.heads_gpu
+        return max(1, math.ceil(heads / blk))
+
+    def prefill_head_dims(self) -> tuple[int, int, str]:
+        """(q.k width, value width, kernel) of a prefill's attention per head: the model's head dims under a
+        FlashAttention kernel, or, where the engine prefills MLA in the absorbed form
+        (EngineProfile.mla_absorbed_prefill), the latent widths kv_lora_rank + rope and kv_lora_rank under a
+        FlashAttention-2-class kernel (``attn.flash2``: the profile's FA2 efficiency where it has one)."""
+        m = self.s.model
+        if m.mla and self.s.engine.mla_absorbed_prefill:
+            return m.mla.kv_lora_rank + m.mla.qk_rope_head_dim, m.mla.kv_lora_rank, "attn.flash2.mla_absorbed"
+        return m.qk_head_dim, m.v_head_dim, "attn.flash"
 
     def _attention_projections(self, rows: int) -> float:
         """Seconds of one attention-data-parallel rank's attention projections (all heads) for ``rows``
