@@ -20,7 +20,8 @@ from clustertwin.errors import ClusterTwinError
 from clustertwin.predict import make_training_job
 from clustertwin.schedule.step import fill_drain_sends, interleaved_bubble_slots, ring_wrap_sends
 from clustertwin.sim.replay import simulate
-from clustertwin.sim.schedule import microbatch_group, stage_order
+from clustertwin.schedule.groups import microbatch_group
+from clustertwin.sim.schedule import stage_order
 
 SMALL = dict(gpu="h100-sxm", num_gpus=64, seq_len=4096, micro_batch=1, plan="tp=4,pp=4,vpp=2,dp=4,sp=1,zero=2")
 

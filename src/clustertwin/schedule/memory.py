@@ -15,8 +15,8 @@ from typing import Callable
 
 from ..arith import maximum, minimum, where
 from ..constants import value
-from ..sim.schedule import microbatch_groups
 from ..specs.framework import FrameworkProfile
+from .groups import microbatch_groups
 from ..workload.transformer import LayerContext
 
 _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v

@@ -28,7 +28,7 @@ from ..specs.framework import FrameworkProfile, pipeline_schedule
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
-from ..sim.schedule import microbatch_groups
+from .groups import microbatch_groups
 from ..specs.hardware import ClusterSpec
 from ..specs.plan import ep_overlap_layout
 from ..workload.graph import WorkloadGraph
