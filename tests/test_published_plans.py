@@ -155,12 +155,18 @@ def llama405b_8k_gpus():
 def test_llama3_405b_documented_schedule_scales_as_published(llama405b, llama405b_8k_gpus) -> None:
     """From 8,192 to 16,384 GPUs the batch per DP rank halves (32 -> 16 micro-batches) and Table 4's MFU
     falls from 43% to 41%: a ratio of 0.953, 0.931-0.976 within the rounding of both. The documented
-    schedule (V 8 one-layer chunks) keeps the model's ratio inside that band with either attention count;
-    a non-interleaved 1F1B schedule (bubble 15/31 of the step at 16 micro-batches) does not."""
+    schedule (V 8 one-layer chunks) keeps the model's ratio inside that band but for its fill and drain:
+    the depth-first schedule (N = PP = 16) crosses all 127 chunk boundaries each way, 254 sends of
+    0.73 ms, 0.18 s a step at either scale (the replay shows it too), which lowers the ratio to 0.925,
+    within 1% of the band; with either attention count. What the model still misses of Table 4 must
+    then grow with the micro-batches, not be a cost per step. A non-interleaved 1F1B schedule (bubble
+    15/31 of the step at 16 micro-batches) is far outside (0.75)."""
     lo, hi = (LLAMA405B_MFU_16K_GPUS - 0.005) / (LLAMA405B_MFU_8K_GPUS + 0.005), \
         (LLAMA405B_MFU_16K_GPUS + 0.005) / (LLAMA405B_MFU_8K_GPUS - 0.005)
-    assert lo <= llama405b.mfu / llama405b_8k_gpus.mfu <= hi
-    assert lo <= llama405b.mfu_full_attention / llama405b_8k_gpus.mfu_full_attention <= hi
+    without_fill_sends = [p.step_time_s - p.breakdown_s["pp_comm"] for p in (llama405b_8k_gpus, llama405b)]
+    assert lo <= without_fill_sends[0] / (2 * without_fill_sends[1]) <= hi
+    assert lo - 0.01 <= llama405b.mfu / llama405b_8k_gpus.mfu <= hi
+    assert lo - 0.01 <= llama405b.mfu_full_attention / llama405b_8k_gpus.mfu_full_attention <= hi
     one_f_one_b = [ct.predict("llama3.1-405b", gpu="h100-sxm", num_gpus=n, seq_len=8192, global_batch=2048,
                               micro_batch=1, plan=f"tp=8,pp=16,dp={n // 128},sp=1,zero=2", framework="meta-llama3")
                    for n in (8192, 16384)]
@@ -175,18 +181,21 @@ def test_llama3_405b_documented_stack_is_not_slower_than_published(llama405b, ll
         assert pred.mfu >= published and pred.mfu_full_attention >= published
 
 
-@pytest.mark.xfail(strict=True, reason="the documented stack gives 50.7% MFU on 16K GPUs with causal attention "
-                                       "(52.7% counting it in full) against the published 41%: +24-29%, and "
-                                       "+26-31% on 8K GPUs. Neither count closes it (Table 4's 128K row at "
-                                       "380 TFLOP/s rules out a 6N-only count, which would mean 64% of peak of "
-                                       "real work at 128K); the paper's network (DP outermost, across the 1:7 "
-                                       "pods), even priced as if every DP ring paid the whole taper (the "
-                                       "fat-tree's busy-fabric convention; a lone job's ring crosses each pod "
-                                       "boundary once), leaves +14% (16K GPUs) and +22% (8K), beside 1-2% for "
-                                       "stragglers and temperature; the rest is the per-GPU "
-                                       "efficiency of Meta's 2024 kernels, which the paper does not document "
-                                       "(the model prices NeMo 25.02's 405B at 55% MFU on 2,048 H100s within "
-                                       "2%)")
+@pytest.mark.xfail(strict=True, reason="the documented stack gives 49.1% MFU on 16K GPUs with causal attention "
+                                       "(51.1% counting it in full) against the published 41%: +20-25%, and "
+                                       "+24-29% on 8K GPUs (53.1% / 55.3% against 43%), with the interleaved "
+                                       "schedule's 254 fill/drain sends priced (0.18 s a step). Neither count "
+                                       "closes it (Table 4's 128K row at 380 TFLOP/s rules out a 6N-only count). "
+                                       "The gap is 0.07-0.09 s per micro-batch at both scales (Table 4's "
+                                       "TFLOP/s give steps 1.1-1.4 s longer at 16 micro-batches, 2.2-2.7 s at "
+                                       "32), 25-32% of a micro-batch's compute: "
+                                       "a cost per chunk pass, not per step. Sized and ruled out as its cause: "
+                                       "every pipeline send exposed (0.19 s / 0.37 s a step), host time per "
+                                       "chunk (~0.06 s), the per-chunk FP32 reduce-scatter (0.09 s exposed), "
+                                       "stragglers and the diurnal 1-2% (Sec. 3.3.4); what is left is the "
+                                       "per-GPU efficiency of Meta's 2024 kernels (or the document-mask "
+                                       "imbalance, Sec. 3.3.2), which the paper does not document (the model "
+                                       "prices NeMo 25.02's 405B at 55% MFU on 2,048 H100s within 2%)")
 def test_llama3_405b_documented_stack_mfu_within_15_percent(llama405b, llama405b_8k_gpus) -> None:
     """Within 15% of Table 4's MFU on the paper's plan and schedule: the bound the row would need to move
     to the documented stack (data/validation/dense_public_runs.csv still prices it as 1F1B on Megatron)."""

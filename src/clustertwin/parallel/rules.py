@@ -59,6 +59,9 @@ class Capabilities:
     expert_tp_any: bool = True            # False: experts split over etp = 1 or etp = tp only
     tp_overlap: bool = True               # overlap_tp_comm: TP collectives overlapped with the GEMMs
     dualpipe: bool = False                # pp_schedule=dualpipe: DeepSeek's bidirectional schedule (HAI-LLM)
+    # the interleaved schedule with any number of micro-batches (a tunable group of N contiguous
+    # micro-batches per chunk; sim/schedule.py microbatch_group), not only multiples of pp
+    any_interleaved_microbatches: bool = False
 
 
 @dataclass(frozen=True)
@@ -275,10 +278,11 @@ RULES: tuple[Rule, ...] = (
                                             f"{p.dp}*{p.micro_batch}",
                        "choose a global batch that is a multiple of dp*micro_batch")),
     Rule("interleave_microbatches", "batch", "interleaving needs the micro-batches to be a multiple of pp",
-         lambda j, p: (p.vpp > 1) & (_m(p) % p.pp != 0),
+         lambda j, p: (p.vpp > 1) & (_m(p) % p.pp != 0) & (not j.can.any_interleaved_microbatches),
          lambda j, p: ("plan.global_batch", f"interleaved schedule needs micro-batches ({_m(p)}) divisible by "
                                             f"pp={p.pp}",
-                       "choose a global batch giving a multiple of pp micro-batches, or vpp=1")),
+                       "choose a global batch giving a multiple of pp micro-batches, vpp=1, or --framework "
+                       "meta-llama3 (the Llama 3 paper's schedule takes any number)")),
     # ---- what the framework can run (specs/framework.py, Capabilities) ----
     Rule("framework_vpp", "framework", "the framework has no interleaved pipeline schedule",
          lambda j, p: (p.vpp > 1) & (not j.can.interleaved_pp),

@@ -16,6 +16,7 @@ from typing import Callable
 from ..arith import maximum, minimum, where
 from ..constants import value
 from ..specs.framework import FrameworkProfile
+from .groups import microbatch_groups
 from ..workload.transformer import LayerContext
 
 _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v
@@ -240,7 +241,8 @@ def in_flight(p: int, v: int, m, stage: int, layers_on_stage: int):
         # DualPipe (DeepSeek-V3 Table 2): PP + 1 micro-batches of activations on every rank, a rank
         # holding two stages (stage i and p-1-i): half of them on each
         return layers_on_stage * minimum(m, p + 1) / 2
-    chunks = minimum(m * v, (p - stage - 1) * 2 + (v - 1) * p + 1)
+    # warm-up of (v - 1) N chunk forwards beyond 1F1B's, N the micro-batch group (sim/schedule.py)
+    chunks = minimum(m * v, (p - stage - 1) * 2 + (v - 1) * microbatch_groups(p, m) + 1)
     return layers_on_stage / v * chunks
 
 

@@ -8,6 +8,8 @@ Per stage and micro-batch: forward, backward and recomputation compute, plus the
 plan cannot hide (TP collectives unless overlapped with GEMMs, CP ring exchange beyond the attention
 it hides behind, MoE all-to-all). The pipeline runs 1F1B or interleaved 1F1B:
     T_pipe = m * t_slowest + (p - 1) / v * t_mean        (bubble fraction (p-1)/(v*m), Narayanan 2021)
+plus the pipeline sends on the critical path of fill and drain: 2 (p - 1), and with interleaving up to
+2 (p v - 1) (the depth-first schedule has no slack around the ring: ``ring_wrap_sends``),
 then the DP gradient reduction not hidden behind the last micro-batch's backward, the parameter
 all-gather not hidden behind the next forward, and the optimizer step.
 """
@@ -26,6 +28,7 @@ from ..specs.framework import FrameworkProfile, pipeline_schedule
 from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
+from .groups import microbatch_groups
 from ..specs.hardware import ClusterSpec
 from ..specs.plan import ep_overlap_layout
 from ..workload.graph import WorkloadGraph
@@ -478,6 +481,43 @@ def ep_overlap_exposed_ep(st: StageTime, sm_count: int, comm_sms: float, unpaire
     return unpaired * st.ep_s + (1 - unpaired) * dualpipe_exposed_ep(st, sm_count, comm_sms)
 
 
+def interleaved_bubble_slots(m, p: int, v: int):
+    """The pipeline's idle time in chunk-pass pairs (a chunk's forward and backward of one micro-batch)
+    on every stage: p - 1 (Narayanan et al. 2021, bubble (p - 1) / (v m) of the step), and with fewer
+    micro-batches than stages (N = m < p, the Llama 3 paper's flexible schedule, Sec. 3.3.2) each of
+    the v - 1 wraps from the last stage back to the first idles p - m more: a chunk's first micro-batch
+    needs p passes to cross the pipeline, and the first stage has only m of the chunk to run meanwhile.
+    A discrete-event run of the schedule (sim/schedule.py) gives the same count."""
+    if v == 1:
+        return p - 1
+    return p - 1 + (v - 1) * maximum(0, p - minimum(m, p))
+
+
+def fill_drain_sends(m, p: int, v: int):
+    """Pipeline sends on the critical path of the fill and the drain: the first micro-batch's forward
+    crosses p - 1 stage boundaries before the last stage starts, the last micro-batch's backward
+    p - 1 on the way back: 2 (p - 1), whatever the interleaving."""
+    return 2 * (p - 1)
+
+
+def ring_wrap_sends(m, p: int, v: int, send_s, pass_s):
+    """With interleaving, the sends of each of the v - 1 wraps around the pipeline (last stage, chunk j
+    to first stage, chunk j + 1), forward and backward, that the schedule cannot hide, in sends.
+
+    Megatron's depth-first schedule (N = p contiguous micro-batches per chunk, Narayanan et al. 2021)
+    has no slack around the ring: the first stage runs N = p passes of a chunk while its first
+    micro-batch crosses the p stages, so each of the ring's p sends delays the next chunk: the first
+    micro-batch's forward and the last one's backward cross all p v - 1 boundaries, 2 (p v - 1) sends
+    on the critical path instead of 1F1B's 2 (p - 1). Larger groups (N > p, the Llama 3 paper's
+    flexible N: "more micro-batches to hide point-to-point communication", Sec. 3.3.2, citing
+    Lamy-Poirier's breadth-first schedule) leave N - p passes of slack per wrap, which hides that much
+    of the p sends. ``send_s``: one send; ``pass_s``: one chunk pass (the mean of forward and backward).
+    A discrete-event run of the schedule (sim/schedule.py, tests) gives this count."""
+    slack = maximum(0, microbatch_groups(p, m) - p) * pass_s
+    per_wrap = maximum(0.0, p * send_s - slack)
+    return 2 * (v - 1) * per_wrap / maximum(send_s, 1e-30)
+
+
 def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
                  overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1, dualpipe_sms: int = 0,
                  ep_overlap: tuple[int, float] | None = None):
@@ -547,12 +587,17 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     elif ep_overlap:   # fill and drain: forwards and backwards without a partner, all-to-alls exposed
         bubble = (p - 1) / v * sum(classes[stage_class[i]].per_microbatch_s for i in range(p)) / p
     else:
-        bubble = (p - 1) / v * mean
+        bubble = interleaved_bubble_slots(m, p, v) / v * mean
 
     # pipeline p2p: hidden in the steady state when overlapped, but on the critical path of fill
     # and drain; fully exposed otherwise
     p2p = cs("pp_s")
-    pp_comm = (2 * (p - 1) * p2p / (2 * v) if overlap_pp else m * p2p) if p > 1 else 0.0
+    if p > 1 and overlap_pp:
+        pp_comm = fill_drain_sends(m, p, v) * p2p / (2 * v)
+        if v > 1:
+            pp_comm = pp_comm + ring_wrap_sends(m, p, v, p2p / (2 * v), mean / (2 * v)) * p2p / (2 * v)
+    else:
+        pp_comm = m * p2p if p > 1 else 0.0
 
     # DP, as Megatron-Core (core_r0.8.0) schedules it. Gradients are reduced only in the last
     # micro-batch's backward (the schedules run the others under no_sync). The first pipeline stage

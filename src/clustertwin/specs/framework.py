@@ -354,8 +354,12 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   never counts (stage_memory holds no pipeline-boundary buffers)
     # - FSDP parameters and gradients live in per-unit flat buffers allocated and freed within the step,
     #   so the allocator allowance covers them too (contiguous_param_grad_buffers off)
+    # - "our key insight is to make N tunable ... allows setting N flexibly ... which can run an arbitrary
+    #   number of micro-batches in each batch" (Sec. 3.3.2, Fig. 6): any number of micro-batches, not only
+    #   multiples of pp (capabilities any_interleaved_microbatches; sim/schedule.py microbatch_group)
     FrameworkProfile("meta-llama3", overlap_tp_comm=True, fused_cross_entropy=False, vocab_pad_multiple=128,
-                     grad_reduce_per_chunk=True, default_zero_stage=2, family="meta-llama3", released="2024-07"),
+                     grad_reduce_per_chunk=True, default_zero_stage=2, family="meta-llama3", released="2024-07",
+                     capabilities=Capabilities(any_interleaved_microbatches=True)),
 )
 
 # ---- the unversioned names, as they were before versions (the CLI's and the search's stacks) -------
