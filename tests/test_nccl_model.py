@@ -26,7 +26,7 @@ def rows():
 
 
 def test_every_row_is_priced(rows):
-    assert len(rows) == 318
+    assert len(rows) == 351
 
 
 def test_large_messages_within_tolerance(rows):
@@ -152,3 +152,24 @@ def test_fill_of_one_message_is_the_array_fill():
         for tree in (False, True):
             assert _fill_one(b, 1e-11, 128, 2, 131072, tree) == pytest.approx(
                 pipeline_fill_s(b, 1e-11, 128, 2, 131072, tree))
+
+
+def test_a100_mid_size_all_reduce_is_nccls_own_prediction():
+    """8 x A100 on NVSwitch at 16 MiB: the model prices what NCCL's own cost model predicts
+    (tuning.cc ncclTopoGetAlgoTime, ring LL128: base 14 us + 14 steps x 1.9 us, bandwidth 0.92 of the
+    ring's bus bandwidth, algbw = busbw x n / 2(n-1)); and the LL128 -> Simple switch falls between
+    16 and 32 MiB, as NCCL 2.18's tables put it (~24.3 MB with 12 x 20 GB/s graph channels) and as
+    vTrain's A100 table shows it (a step down between 23 and 24 MiB)."""
+    net, _ = _pricer("a100-80gb", 8)
+    pl = place_group(8, 1, 8)
+    s = 16 * MiB
+    algo, proto, t = net.choose("all_reduce", s, pl)
+    assert (algo, proto) == ("ring", "ll128")
+    lat = value("nccl.latency.base.ring.ll128") + 14 * value("nccl.latency.nvlink.ring.ll128")
+    busbw = net.bandwidth(pl, "all_reduce") * value("nccl.ll128_bandwidth_factor")
+    assert t == pytest.approx(lat + s * (2 * 7 / 8) / busbw)
+    assert net.choose("all_reduce", 32 * MiB, pl)[:2] == ("ring", "simple")
+    # NCCL 2.18.5's own numbers (12 graph channels x 20 GB/s on a DGX A100) give ~174 us; the model's
+    # NVLink efficiency (0.78 of 300 GB/s) lands within 3% of it
+    nccl = 40.6e-6 + s / (12 * 20e9 * 0.92 * 8 / 14)
+    assert t == pytest.approx(nccl, rel=0.03)
