@@ -50,7 +50,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
                "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm",
-               "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype", "master_weights", "fp8_params")
+               "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype", "master_weights",
+               "master_weights_dtype", "fp8_params")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 # (tp_s, ep_s, moe_imb, tp_excess: both passes; the *_fwd fields: the forward's part of them, for the

@@ -308,7 +308,8 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     modules = (r.get("recompute_modules") or "").strip().lower()
     if modules:
         fields["recompute_modules"] = modules
-    for col, key in (("grad_reduce_dtype", "grad_reduce_dtype"), ("exp_avg_dtype", "adam_moments_dtype")):
+    for col, key in (("grad_reduce_dtype", "grad_reduce_dtype"), ("exp_avg_dtype", "adam_moments_dtype"),
+                     ("master_weights_dtype", "master_weights_dtype")):
         v = (r.get(col) or "").strip().lower()
         if v:
             if v not in ("fp32", "bf16"):
