@@ -133,6 +133,24 @@ def test_bf16_master_shard_beside_the_moments() -> None:
         parse_plan("master_weights=0,master_weights_dtype=bf16")
 
 
+def test_deferred_embedding_wgrad_keeps_inputs_and_logit_gradients_on_the_last_stage() -> None:
+    """Megatron-Core defer_embedding_wgrad_compute: up to wgrad_deferral_limit micro-batches of the output
+    layer's (sequence-parallel) input and its bf16 logit gradient stay on the last stage; the first stage
+    is untouched, and a limit above the micro-batch count keeps them all."""
+    import clustertwin as ct
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq_len=2048, global_batch=16, micro_batch=1, framework="nemo")
+    base = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=2,sp=1", **kw)
+    two = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=2,sp=1,defer_embedding_wgrad=2", **kw)
+    every = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=2,sp=1,defer_embedding_wgrad=0", **kw)
+    m = 16 // 2
+    vocab, h = base.job.model.vocab_size, base.job.model.hidden_size
+    per_mb = 2048 * -(-vocab // 2) * 2 + 2048 // 2 * h * 2
+    last = [p.memory.stages_bytes()[-1]["activations"] for p in (base, two, every)]
+    assert last[1] - last[0] == pytest.approx(2 * per_mb)
+    assert last[2] - last[0] == pytest.approx(m * per_mb)
+    assert two.memory.stages_bytes()[0] == base.memory.stages_bytes()[0]
+
+
 def test_published_nemotron4_340b_runs_fit_with_their_recipe() -> None:
     """The dgxc-benchmarking Nemotron-4 340B runs ran on 80 GB H100s: with their recipe's model (no dropout,
     RoPE, no bias), bf16 optimizer state (no master copy; a bf16 master shard with FP8 weights) they fit."""

@@ -270,7 +270,8 @@ class MemoryEstimate:
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense, expert, dp_cp, edp,
                  pp: int = 1, vpp: int = 1, microbatches=1, tp=1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
-                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
+                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0,
+                 deferred_wgrad_bytes=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
     over dp*cp and over the expert-data-parallel group; ``embedding``: the part of ``dense`` that is
     embedding or head); ``act_*``: activation bytes of one layer and micro-batch
@@ -279,6 +280,8 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere), ``tp`` the
     tensor-parallel size (which loss a framework runs);
     ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
+    ``deferred_wgrad_bytes``: the output layer's inputs and logit gradients a deferred embedding weight
+    gradient keeps on the last stage (Megatron-Core defer_embedding_wgrad_compute; 0 elsewhere).
     ``vpp``: pipeline chunks per rank (which share of the stage's gradient is unsharded at once, on a
     stack that reduces each chunk's gradient when its backward is done: ``grad_reduce_per_chunk``).
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
@@ -353,6 +356,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         acts += logits * loss_bytes_per_logit(fw, tp)
     if embedding_rows_bytes is not None:
         acts += embedding_rows_bytes * embedding_in_flight
+    acts += deferred_wgrad_bytes
     # fragmentation of what the caching allocator hands out and takes back; buffers allocated once
     # and never freed leave no holes (contiguous_param_grad_buffers)
     churned = acts if fw.contiguous_param_grad_buffers else acts + weights + grads

@@ -95,6 +95,12 @@ class Plan(Frozen):
         None, description="the optimizer keeps an fp32 master copy of the 16-bit weights (Megatron-Core's "
                           "distributed optimizer, DeepSpeed); false: the optimizer steps the stored weights themselves "
                           "(torch.optim.Adam on bf16 parameters); None = framework default")
+    defer_embedding_wgrad: int | None = Field(
+        None, ge=0, le=1_000_000,
+        description="Megatron-Core defer_embedding_wgrad_compute with this wgrad_deferral_limit (0 = no limit): the "
+                    "output layer's weight gradient is computed after the pipeline's last backward, its input and "
+                    "logit gradient kept on the last stage for up to this many micro-batches "
+                    "(tensor_parallel/layers.py core_r0.9.0); None = not deferred")
     master_weights_dtype: Literal["fp32", "bf16"] | None = Field(
         None, description="dtype of the optimizer's master copy when it keeps one: fp32 (Megatron-Core's "
                           "distributed optimizer, DeepSpeed) or bf16 (apex DistributedFusedAdam with store_params and "
@@ -436,7 +442,8 @@ def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
            "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm", "cuda_graph_scope",
-           "recompute_modules", "adam_moments_dtype", "master_weights", "master_weights_dtype", "fp8_params")
+           "recompute_modules", "adam_moments_dtype", "master_weights", "master_weights_dtype", "fp8_params",
+           "defer_embedding_wgrad")
 
 
 def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
