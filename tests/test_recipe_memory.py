@@ -118,6 +118,48 @@ def test_fp8_weights_replace_the_16_bit_copy_and_the_fp8_cache() -> None:
         parse_plan("precision=bf16,fp8_params=1")
 
 
+def test_bf16_master_shard_beside_the_moments() -> None:
+    """apex DistributedFusedAdam with store_params and dtype=bf16 (NeMo 1.x, fp8_params): a bf16 master shard
+    beside bf16 moments, 2 + 2 + 2 bytes per parameter; beside fp32 moments 2 + 4 + 4."""
+    base = get_framework("nemo")
+    shard = 1e9 / 16 + 4e9 / 2
+    fw = for_plan(base, parse_plan("master_weights=1,master_weights_dtype=bf16,adam_moments_dtype=bf16"))
+    assert stage_memory(fw, "bf16", 1, **_KW)["optimizer"] == pytest.approx(6 * shard)
+    fw32 = for_plan(base, parse_plan("master_weights_dtype=bf16,adam_moments_dtype=fp32"))
+    assert stage_memory(fw32, "bf16", 1, **_KW)["optimizer"] == pytest.approx(10 * shard)
+    # fp32 master (the default) is the 12 bytes of mixed-precision Adam
+    assert stage_memory(base, "bf16", 1, **_KW)["optimizer"] == pytest.approx(12 * shard)
+    with pytest.raises(PlanError, match="master_weights"):
+        parse_plan("master_weights=0,master_weights_dtype=bf16")
+
+
+def test_deferred_embedding_wgrad_keeps_inputs_and_logit_gradients_on_the_last_stage() -> None:
+    """Megatron-Core defer_embedding_wgrad_compute: up to wgrad_deferral_limit micro-batches of the output
+    layer's (sequence-parallel) input and its bf16 logit gradient stay on the last stage; the first stage
+    is untouched, and a limit above the micro-batch count keeps them all."""
+    import clustertwin as ct
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq_len=2048, global_batch=16, micro_batch=1, framework="nemo")
+    base = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=2,sp=1", **kw)
+    two = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=2,sp=1,defer_embedding_wgrad=2", **kw)
+    every = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=2,sp=1,defer_embedding_wgrad=0", **kw)
+    m = 16 // 2
+    vocab, h = base.job.model.vocab_size, base.job.model.hidden_size
+    per_mb = 2048 * -(-vocab // 2) * 2 + 2048 // 2 * h * 2
+    last = [p.memory.stages_bytes()[-1]["activations"] for p in (base, two, every)]
+    assert last[1] - last[0] == pytest.approx(2 * per_mb)
+    assert last[2] - last[0] == pytest.approx(m * per_mb)
+    assert two.memory.stages_bytes()[0] == base.memory.stages_bytes()[0]
+
+
+def test_published_nemotron4_340b_runs_fit_with_their_recipe() -> None:
+    """The dgxc-benchmarking Nemotron-4 340B runs ran on 80 GB H100s: with their recipe's model (no dropout,
+    RoPE, no bias), bf16 optimizer state (no master copy; a bf16 master shard with FP8 weights) they fit."""
+    rep = validate_rows(read_runs("data/validation/public_runs.csv"))
+    rows = [r for r in rep.rows if "nemotron4-340b" in r.run_id]
+    assert len(rows) == 4
+    assert all(r.fits for r in rows)
+
+
 # ---- the published MoE runs ----------------------------------------------------------------------
 def test_published_moe_recipes_fit_with_their_documented_memory_settings() -> None:
     """All 25 published runs ran: with their recipes' recompute modules, optimizer storage and FP8 weights, the

@@ -551,6 +551,13 @@ _MEMORY: list[Constant] = [
              "benchmark configs' optimizer torch.optim.Adam): exp_avg and exp_avg_sq are zeros_like(param), "
              "bf16, and no master copy is kept (torch/optim/adam.py _init_group): 2 + 2 bytes per parameter",
              "memory: optimizer states of a plan with master_weights=0 and adam_moments_dtype=bf16"),
+    Constant("memory.bf16_master_bytes_per_param", 2, "bytes/parameter",
+             "apex DistributedFusedAdam (apex/contrib/optimizers/distributed_fused_adam.py, StateBucket: "
+             "'self.params_shard = torch.zeros([shard_size], dtype=self.dtype)', dtype = 'datatype for "
+             "optimizer state'); NeMo 1.x sets store_params=True when fp8_params is on "
+             "(nemo/collections/nlp/models/language_modeling/megatron_base_model.py setup_optimization@v2.0.0), "
+             "so with optim.dtype bf16 the master copy is a bf16 shard: 2 bytes per parameter beside the moments",
+             "memory: optimizer states of a plan with master_weights_dtype=bf16 (added to the moments' bytes)"),
     Constant("memory.fp8_param_bytes_per_param", 2, "bytes/parameter",
              "Megatron-Core fp8_param_gather (Megatron-Bridge bf16_with_mxfp8_mixed / "
              "bf16_with_fp8_current_scaling_mixed set it, src/megatron/bridge/training/mixed_precision.py@v0.2.0): "

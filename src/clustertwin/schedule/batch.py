@@ -50,7 +50,8 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 # plan fields a PlanSet may hold fixed beyond the searched ones (predict holds every field)
 _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "moe_routing", "moe_placement",
                "moe_capacity_factor", "moe_pad_to_capacity", "first_stage_layers", "last_stage_layers", "pp_schedule", "overlap_ep_comm",
-               "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype", "master_weights", "fp8_params")
+               "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype", "master_weights",
+               "master_weights_dtype", "fp8_params", "defer_embedding_wgrad")
 
 # per block and phase: compute seconds, exposed TP and MoE communication, CP ring and attention time
 # (tp_s, ep_s, moe_imb, tp_excess: both passes; the *_fwd fields: the forward's part of them, for the
@@ -697,6 +698,18 @@ class _Layout:
         self.logits = np.array([ctxs[c].tokens * -(-model.vocab_size // ctxs[c].tp) for c in ctx_rows], dtype=float)
         self.emb_rows = np.array([ctxs[c].norm_rows * ctxs[c].hidden * ctxs[c].act_bytes for c in ctx_rows],
                                  dtype=float)
+        # Megatron-Core defer_embedding_wgrad_compute (tensor_parallel/layers.py, core_r0.9.0): the output layer
+        # appends its (sequence-parallel) input to embedding_activation_buffer in forward and its logit gradient
+        # to grad_output_buffer in backward, up to wgrad_deferral_limit micro-batches (0: all), and computes the
+        # weight gradient from them after the pipeline's last backward (schedules.py
+        # finish_embedding_wgrad_compute): both live on the last stage until then. Held together with the
+        # activations' peak (assumed: the last chunk's backwards run while the warm-up depth is still in flight)
+        limit = plans.fixed.get("defer_embedding_wgrad")
+        deferred = 0 if limit is None else (self.m if limit == 0 else np.minimum(self.m, limit))
+        self.deferred_wgrad = np.asarray(deferred, dtype=float)[self.s_rows] * np.array(
+            [ctxs[c].tokens * -(-model.vocab_size // ctxs[c].tp) * ctxs[c].act_bytes
+             + ctxs[c].norm_rows * ctxs[c].hidden * ctxs[c].act_bytes for c in ctx_rows], dtype=float) \
+            if limit is not None else None
         # per row of (structure, sp): where TP overlap changes something, and where a fixed TP overlap
         # is refused (tp > 1 without sp: rule tp_overlap_sp)
         tp_rows, sp_arr = self.tp[self.s_rows], np.array(sp_rows, dtype=bool)
@@ -744,6 +757,8 @@ class _Layout:
                         act_full_layer=full_layer,
                         in_flight_layers=in_flight(self.pp, v_sched, m_m, cls.first, cls.n_dense + cls.n_moe),
                         logits=val(self.logits) if cls.is_last else None,
+                        deferred_wgrad_bytes=val(self.deferred_wgrad) if cls.is_last and self.deferred_wgrad is not None
+                        else 0.0,
                         embedding_rows_bytes=val(self.emb_rows) if cls.is_first else None,
                         embedding_in_flight=in_flight(self.pp, v_sched, m_m, cls.first, 1),
                         embedding=val(self.embedding[k][sr]))

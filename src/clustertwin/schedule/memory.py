@@ -24,6 +24,7 @@ _ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp
 _FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
 _ADAM_BF16_MOMENTS = value("memory.adam_bytes_per_param_bf16_moments")  # fp32 master, bf16 m, v
 _ADAM_BF16_NO_MASTER = value("memory.adam_bytes_per_param_bf16_moments_without_master")  # bf16 m, v
+_BF16_MASTER = value("memory.bf16_master_bytes_per_param")   # a bf16 master copy (apex DistributedFusedAdam)
 _FP8_PARAM = value("memory.fp8_param_bytes_per_param")     # an FP8 weight with its transpose / columnwise copy
 _FP8_CACHE = value("memory.fp8_cache_bytes_per_element")    # an FP8 activation with its 1x128 tile scales
 _TE_FP8_INPUT = value("memory.te_fp8_saved_input_bytes_per_element")
@@ -271,7 +272,8 @@ class MemoryEstimate:
 def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense, expert, dp_cp, edp,
                  pp: int = 1, vpp: int = 1, microbatches=1, tp=1,
                  layers_dense: int, layers_moe: int, act_dense, act_moe, act_full_layer, in_flight_layers,
-                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0) -> dict:
+                 logits=None, embedding_rows_bytes=None, embedding_in_flight=None, embedding=0.0,
+                 deferred_wgrad_bytes=0.0) -> dict:
     """Memory of one rank of a stage, by kind. ``dense``/``expert``: parameters of the rank (sharded
     over dp*cp and over the expert-data-parallel group; ``embedding``: the part of ``dense`` that is
     embedding or head); ``act_*``: activation bytes of one layer and micro-batch
@@ -280,6 +282,8 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     ``logits``: elements of one micro-batch's logits on the last stage (None elsewhere), ``tp`` the
     tensor-parallel size (which loss a framework runs);
     ``embedding_rows_bytes``: the embedding output kept on the first stage (None elsewhere).
+    ``deferred_wgrad_bytes``: the output layer's inputs and logit gradients a deferred embedding weight
+    gradient keeps on the last stage (Megatron-Core defer_embedding_wgrad_compute; 0 elsewhere).
     ``vpp``: pipeline chunks per rank (which share of the stage's gradient is unsharded at once, on a
     stack that reduces each chunk's gradient when its backward is done: ``grad_reduce_per_chunk``).
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
@@ -294,6 +298,11 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         # on bf16 parameters) or in fp32
         w_bytes, g_bytes = 2, fw.grad_reduce_bytes
         o_bytes = _ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER
+    elif fw.master_in_optimizer and not fp32 and fw.master_weights_bf16:
+        # the moments in their dtype beside a bf16 master shard (apex DistributedFusedAdam store_params with
+        # dtype=bf16)
+        w_bytes, g_bytes = 2, fw.grad_reduce_bytes
+        o_bytes = (_ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER) + _BF16_MASTER
     elif fw.master_in_optimizer and not fp32:
         w_bytes, g_bytes = 2, fw.grad_reduce_bytes
         o_bytes = _ADAM_BF16_MOMENTS if fw.adam_moments_bf16 else _ADAM_WITH_MASTER
@@ -349,6 +358,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         acts += logits * loss_bytes_per_logit(fw, tp)
     if embedding_rows_bytes is not None:
         acts += embedding_rows_bytes * embedding_in_flight
+    acts += deferred_wgrad_bytes
     # fragmentation of what the caching allocator hands out and takes back; buffers allocated once
     # and never freed leave no holes (contiguous_param_grad_buffers)
     churned = acts if fw.contiguous_param_grad_buffers else acts + weights + grads

@@ -138,6 +138,9 @@ class FrameworkProfile:
     # optimizer steps the stored 16-bit weights, its states in their dtype (torch.optim.Adam on bf16
     # parameters: exp_avg and exp_avg_sq are zeros_like(param), torch/optim/adam.py _init_group)
     master_weights: bool = True
+    # the master copy is bf16, not fp32 (apex DistributedFusedAdam store_params with dtype=bf16: the params
+    # shard is allocated in the optimizer's state dtype; constants memory.bf16_master_bytes_per_param)
+    master_weights_bf16: bool = False
     # the GEMM weights stored in FP8 only (Megatron-Core fp8_param_gather, Transformer Engine fp8_model_init):
     # no 16-bit model copy and no separate FP8 weight cache (memory.fp8_param_* constants)
     fp8_params: bool = False
@@ -513,6 +516,9 @@ def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     master = getattr(plan, "master_weights", None)
     if master is not None and master != fw.master_weights:
         update["master_weights"] = bool(master)
+    master_dtype = getattr(plan, "master_weights_dtype", None)
+    if master_dtype is not None and (master_dtype == "bf16") != fw.master_weights_bf16:
+        update["master_weights_bf16"] = master_dtype == "bf16"
     fp8_params = getattr(plan, "fp8_params", None)
     if fp8_params is not None and fp8_params != fw.fp8_params:
         update["fp8_params"] = bool(fp8_params)

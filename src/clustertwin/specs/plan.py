@@ -95,6 +95,17 @@ class Plan(Frozen):
         None, description="the optimizer keeps an fp32 master copy of the 16-bit weights (Megatron-Core's "
                           "distributed optimizer, DeepSpeed); false: the optimizer steps the stored weights themselves "
                           "(torch.optim.Adam on bf16 parameters); None = framework default")
+    defer_embedding_wgrad: int | None = Field(
+        None, ge=0, le=1_000_000,
+        description="Megatron-Core defer_embedding_wgrad_compute with this wgrad_deferral_limit (0 = no limit): the "
+                    "output layer's weight gradient is computed after the pipeline's last backward, its input and "
+                    "logit gradient kept on the last stage for up to this many micro-batches "
+                    "(tensor_parallel/layers.py core_r0.9.0); None = not deferred")
+    master_weights_dtype: Literal["fp32", "bf16"] | None = Field(
+        None, description="dtype of the optimizer's master copy when it keeps one: fp32 (Megatron-Core's "
+                          "distributed optimizer, DeepSpeed) or bf16 (apex DistributedFusedAdam with store_params and "
+                          "dtype=bf16: NeMo 1.x's distributed_fused_adam with optim.dtype bf16 and fp8_params); "
+                          "None = fp32")
     fp8_params: bool | None = Field(
         None, description="the model's GEMM weights are stored in FP8 only (Megatron-Core fp8_param_gather / TE "
                           "fp8_model_init: no 16-bit copy besides the optimizer's fp32 master); only with precision "
@@ -148,6 +159,9 @@ class Plan(Frozen):
         if self.recompute_modules and self.recompute != "selective":
             raise PlanError("plan.recompute_modules", f"submodules are recomputed only with recompute=selective "
                             f"(recompute={self.recompute})", "set recompute=selective, or leave recompute_modules out")
+        if self.master_weights_dtype is not None and self.master_weights is False:
+            raise PlanError("plan.master_weights_dtype", "a master-copy dtype without a master copy (master_weights=0)",
+                            "set master_weights=1, or leave master_weights_dtype out")
         if self.fp8_params and self.precision != "fp8":
             raise PlanError("plan.fp8_params", f"FP8 weights need FP8 training (precision={self.precision})",
                             "set precision=fp8, or fp8_params=0")
@@ -348,7 +362,8 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
             continue
         key = _ALIASES.get(key.lower(), key.lower())
         if key in ("recompute", "precision", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype", "pp_schedule",
-                   "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype"):
+                   "fp8_recipe", "cuda_graph_scope", "recompute_modules", "adam_moments_dtype",
+                   "master_weights_dtype"):
             value = value.lower()
         if key not in Plan.model_fields:
             raise PlanError(f"plan.{key}", "unknown plan field",
@@ -427,7 +442,8 @@ def describe_error(err: Any, prefix: str) -> tuple[str, str, str]:
 FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micro_batch", "recompute",
            "attention_kernel", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm",
            "moe_dispatcher", "grad_reduce_dtype", "pp_schedule", "overlap_ep_comm", "cuda_graph_scope",
-           "recompute_modules", "adam_moments_dtype", "master_weights", "fp8_params")
+           "recompute_modules", "adam_moments_dtype", "master_weights", "master_weights_dtype", "fp8_params",
+           "defer_embedding_wgrad")
 
 
 def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:

@@ -308,7 +308,8 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     modules = (r.get("recompute_modules") or "").strip().lower()
     if modules:
         fields["recompute_modules"] = modules
-    for col, key in (("grad_reduce_dtype", "grad_reduce_dtype"), ("exp_avg_dtype", "adam_moments_dtype")):
+    for col, key in (("grad_reduce_dtype", "grad_reduce_dtype"), ("exp_avg_dtype", "adam_moments_dtype"),
+                     ("master_weights_dtype", "master_weights_dtype")):
         v = (r.get(col) or "").strip().lower()
         if v:
             if v not in ("fp32", "bf16"):
@@ -355,6 +356,8 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
         if folds.broken(facts, sizes) and not folds.broken(facts, replace(sizes, etp=1)):
             fields["etp"] = 1
             notes.append(f"etp unknown: assumed 1 (ep*tp = {ep}*{tp} does not divide tp*cp*dp = {dense_ranks})")
+    if _int(r, "defer_embedding_wgrad") is not None:
+        fields["defer_embedding_wgrad"] = _int(r, "defer_embedding_wgrad")
     for col in ("first_stage_layers", "last_stage_layers"):
         if _int(r, col) is not None:
             fields[col] = _int(r, col)
