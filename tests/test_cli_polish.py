@@ -228,3 +228,59 @@ def test_a_plan_field_and_its_flag_that_agree_are_taken(capsys):
 def test_an_slo_target_given_twice_is_refused(capsys):
     code, _, err = run(capsys, "serve-search", "--slo", "ttft_p99=2s,ttft_p99=1s", "--request-rate", "1")
     refused(code, err, "slo.ttft_p99", "twice")
+
+
+# ---- recipe plan fields: accepted with the flags they need, refused where the stack lacks them -----------
+
+
+def test_fp8_params_with_precision_flag_is_one_fp8_plan(capsys):
+    """fp8_params=1 needs FP8 training: given by --precision fp8 beside the plan, the two are checked together
+    (predict and search's --fix alike); without it the plan is refused in one line."""
+    code, out, err = run(capsys, "predict", "-m", "llama3-8b", "-n", "8", "--precision", "fp8",
+                         "--plan", "tp=2,pp=2,fp8_params=1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["inputs"]["plan"]["fp8_params"] is True
+    code, _, err = run(capsys, "predict", "-m", "llama3-8b", "-n", "8", "--plan", "tp=2,pp=2,fp8_params=1")
+    refused(code, err, "fp8_params", "precision")
+    from clustertwin.specs.plan import parse_fixed
+    assert parse_fixed("tp=2,fp8_params=1", "fp8") == {"tp": 2, "fp8_params": True}
+    code, _, err = run(capsys, "predict", "-m", "llama3-8b", "-n", "8", "--precision", "fp8",
+                       "--plan", "tp=2,precision=bf16")
+    refused(code, err, "precision", "contradicts")
+
+
+@pytest.mark.parametrize("framework,plan,field", [
+    ("megatron", "tp=2,pp=1,defer_embedding_wgrad=22", "defer_embedding_wgrad"),
+    ("torchtitan", "tp=2,pp=2,defer_embedding_wgrad=22", "defer_embedding_wgrad"),
+    ("torchtitan", "tp=2,recompute_modules=layernorm", "recompute_modules"),
+    ("hai-llm", "tp=2,recompute_modules=layernorm", "recompute_modules"),
+    ("torchtitan", "tp=2,adam_moments_dtype=bf16", "adam_moments_dtype"),
+    ("torchtitan", "tp=2,master_weights=0", "master_weights"),
+])
+def test_recipe_fields_the_stack_lacks_are_refused(capsys, framework, plan, field):
+    code, _, err = run(capsys, "predict", "-m", "llama3-8b", "-n", "8", "--framework", framework, "--plan", plan)
+    refused(code, err, field)
+
+
+def test_master_weights_with_fp32_training_is_refused(capsys):
+    code, _, err = run(capsys, "predict", "-m", "llama3-8b", "-n", "8", "--precision", "fp32",
+                       "--plan", "tp=2,master_weights=0")
+    refused(code, err, "master_weights", "fp32")
+
+
+def test_recompute_modules_imply_selective_and_read_back():
+    from clustertwin.specs.plan import parse_plan
+    p = parse_plan("tp=2,recompute_modules=mlp+layernorm")
+    assert p.recompute == "selective" and p.recompute_modules == ("layernorm", "mlp")
+    full = parse_plan("tp=2,pp=2,dp=2,recompute_modules=layernorm,adam_moments_dtype=bf16,master_weights=1,"
+                      "master_weights_dtype=bf16,defer_embedding_wgrad=22,fp8_params=1,precision=fp8")
+    assert "recompute_modules=layernorm" in full.short() and "fp8_params=1" in full.short()
+    assert parse_plan(full.short() + ",precision=fp8") == full     # the plan's text reads back as the plan
+
+
+def test_a_fractional_count_in_a_csv_cell_is_refused_not_truncated(capsys, tmp_path):
+    from clustertwin.errors import DataError
+    from clustertwin.validate.runs import _int
+    assert _int({"tp": "8"}, "tp") == 8 and _int({"tp": "8.0"}, "tp") == 8
+    with pytest.raises(DataError, match="whole number"):
+        _int({"defer_embedding_wgrad": "1.5"}, "defer_embedding_wgrad")

@@ -95,7 +95,7 @@ class SearchInputs:
     def fix_with(self, fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
         """These fixed fields and ``fix`` (--fix) together; a field given both ways must agree."""
         from .specs.plan import parse_fixed
-        extra = parse_fixed(fix)
+        extra = parse_fixed(fix, self.precision)
         for k, v in extra.items():
             if k in self.fixed and self.fixed[k] != v:
                 raise PlanError(f"fix.{k}", f"{v!r} contradicts {k}={self.fixed[k]!r} given with --plan or --micro-batch",
@@ -130,14 +130,18 @@ def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
 
 def _plan(plan: str | Plan | None, micro_batch: int | None, global_batch: int | None, precision: str | None) -> Plan:
     from .specs import Plan, parse_plan
+    from .specs.plan import plan_fields
     overrides = {"micro_batch": micro_batch, "global_batch": global_batch, "precision": precision}
     given = {k: v for k, v in overrides.items() if v is not None}
     if given and plan is not None:   # a field the plan names and a flag sets must agree, as search's --fix does
-        p0 = plan if isinstance(plan, Plan) else parse_plan(plan)
+        # (the plan text's fields as written: checked as a whole only with the flags, so "fp8_params=1" with
+        # --precision fp8 is one FP8 plan, not a bf16 plan refused)
+        named = ({k: getattr(plan, k) for k in plan.model_fields_set} if isinstance(plan, Plan)
+                 else plan_fields(plan))
         for k, v in given.items():
-            if k in p0.model_fields_set and str(getattr(p0, k)).lower() != str(v).strip().lower():
+            if k in named and str(named[k]).strip().lower() != str(v).strip().lower():
                 flag = "--" + k.replace("_", "-")
-                raise PlanError(f"plan.{k}", f"{getattr(p0, k)} in the plan contradicts {flag} {v}",
+                raise PlanError(f"plan.{k}", f"{named[k]} in the plan contradicts {flag} {v}",
                                 f"give it once: in the plan or as {flag}")
     if isinstance(plan, Plan):
         return plan.model_copy(update=given)

@@ -238,7 +238,7 @@ def make_space(model: ModelSpec, cluster: ClusterSpec, global_batch: int, seq_le
     if not 0 < max_memory_fraction <= 1:
         raise SpecError("max_memory_fraction", f"{max_memory_fraction!r} is not in (0, 1]",
                         "give the fraction of each GPU's memory a plan may use, e.g. 0.9")
-    fixed = parse_fixed(fix)
+    fixed = parse_fixed(fix, precision)
     prec = fixed.pop("precision", precision)
     if prec not in ("bf16", "fp16", "fp8", "fp32"):
         raise SpecError("precision", f"unknown precision {prec!r}", "use bf16, fp16, fp8 or fp32")

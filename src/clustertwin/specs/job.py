@@ -79,6 +79,7 @@ def check_plan(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int,
         raise PlanError("plan.fp8_recipe", f"an FP8 recipe with precision {resolved.precision}",
                         "set precision fp8, or drop fp8_recipe")
     _check_cuda_graphs(model, resolved, fw)
+    _check_recipe_fields(resolved, fw)
     check_rules(JobFacts.of(model, cluster, seq_len, fw), PlanFacts.of(resolved))
     return resolved
 
@@ -100,6 +101,28 @@ def _check_cuda_graphs(model: ModelSpec, plan: Plan, fw: FrameworkProfile) -> No
         # which a graph cannot capture ('moe cuda graph is only supported with drop-padding MoE')
         raise PlanError("plan.cuda_graph_scope", "a whole-layer graph of a dropless MoE layer (its token counts "
                         "are read back to the host)", "capture attn+moe_router+moe_preprocess, or pad to capacity")
+
+
+def _check_recipe_fields(plan: Plan, fw: FrameworkProfile) -> None:
+    """The recipe settings a plan names exist on the stack it runs on: refused, never ignored."""
+    megatron_core = fw.family in ("megatron", "nemo")
+    if plan.recompute_modules and not megatron_core:
+        raise PlanError("plan.recompute_modules", f"recompute_modules is Megatron-Core's list; {fw.name} recomputes "
+                        f"its own set with recompute=selective", "leave recompute_modules out, or --framework megatron")
+    if plan.defer_embedding_wgrad is not None:
+        if not megatron_core:
+            raise PlanError("plan.defer_embedding_wgrad", f"a Megatron-Core option (defer_embedding_wgrad_compute); "
+                            f"{fw.name} has none", "leave defer_embedding_wgrad out, or --framework megatron")
+        if plan.pp == 1:   # Megatron-Core model_parallel_config.py __post_init__
+            raise PlanError("plan.defer_embedding_wgrad", "Megatron-Core cannot defer the embedding weight gradient "
+                            "without pipeline parallelism ('Cannot defer embedding wgrad compute when pipeline model "
+                            "parallel is not used')", "use pp > 1, or leave defer_embedding_wgrad out")
+    storage = [k for k in ("adam_moments_dtype", "master_weights", "master_weights_dtype")
+               if getattr(plan, k) is not None]
+    if storage and (not fw.master_in_optimizer or plan.precision == "fp32"):
+        why = (f"{fw.name} keeps fp32 parameters and steps them itself (no 16-bit model copy, no separate master)"
+               if plan.precision != "fp32" else "fp32 training keeps no 16-bit copy and no separate master")
+        raise PlanError(f"plan.{storage[0]}", why, f"leave {storage[0]} out")
 
 
 def make_job(model: ModelSpec, cluster: ClusterSpec, plan: Plan, seq_len: int | None = None,

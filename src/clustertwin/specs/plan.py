@@ -154,6 +154,17 @@ class Plan(Frozen):
             return tuple(sorted(set(names))) or None
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _modules_imply_selective(cls, data):
+        # naming the submodules to recompute asks for selective recomputation (Megatron-Core's
+        # --recompute-modules goes with --recompute-granularity selective): a plan that names modules and no
+        # recompute mode gets selective; one that names another mode is refused below
+        if isinstance(data, dict) and data.get("recompute_modules") not in (None, "", ()) and \
+                data.get("recompute") is None:
+            return {**data, "recompute": "selective"}
+        return data
+
     @model_validator(mode="after")
     def _recompute_modules(self):
         if self.recompute_modules and self.recompute != "selective":
@@ -264,6 +275,17 @@ class Plan(Frozen):
         if self.sp:
             parts.append("sp")
         parts += [f"zero={self.zero_stage}", f"mb={self.micro_batch}", f"rc={self.recompute}"]
+        # the recipe settings a plan names (None: the stack's default), in --plan syntax so the text reads back
+        if self.recompute_modules:
+            parts.append("recompute_modules=" + "+".join(self.recompute_modules))
+        if self.cuda_graph_scope:
+            parts.append("cuda_graph_scope=" + "+".join(self.cuda_graph_scope))
+        for key in ("adam_moments_dtype", "master_weights_dtype", "defer_embedding_wgrad"):
+            if getattr(self, key) is not None:
+                parts.append(f"{key}={getattr(self, key)}")
+        for key in ("master_weights", "fp8_params"):
+            if getattr(self, key) is not None:
+                parts.append(f"{key}={int(getattr(self, key))}")
         return ",".join(parts)
 
 
@@ -325,6 +347,14 @@ _ALIASES = {
 def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
     """Parse "tp=8,pp=8,vpp=1,dp=16,cp=1,ep=1,sp=1,zero=1,recompute=selective" into a Plan
     (``field``: the option the text came from, for the errors in its syntax)."""
+    fields = plan_fields(text, field)
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return make_plan(**fields)
+
+
+def plan_fields(text: str, field: str = "plan") -> dict:
+    """The fields a plan text names (canonical Plan field names, values as written), before they are
+    checked together: what ``parse_plan`` builds its Plan from."""
     if text is not None and not isinstance(text, str):
         raise PlanError(field, f"expected text like \"tp=8,pp=4\", got {type(text).__name__}",
                         'write key=value pairs, e.g. "tp=8,pp=4,dp=16"')
@@ -373,8 +403,7 @@ def parse_plan(text: str, field: str = "plan", **overrides) -> Plan:
         if key in fields and str(fields[key]) != value:
             raise PlanError(f"plan.{key}", f"given twice ({fields[key]} and {value})", "keep one of them")
         fields[key] = value
-    fields.update({k: v for k, v in overrides.items() if v is not None})
-    return make_plan(**fields)
+    return fields
 
 
 _OVERLAPS = {"dp": "overlap_dp_comm", "pg": "overlap_param_gather", "tp": "overlap_tp_comm", "pp": "overlap_pp_comm"}
@@ -446,12 +475,16 @@ FIXABLE = ("tp", "pp", "vpp", "dp", "cp", "ep", "etp", "sp", "zero_stage", "micr
            "defer_embedding_wgrad")
 
 
-def parse_fixed(fix: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Plan fields held fixed: "tp=8,pp=4,sp=1" (the --plan syntax) or a mapping of Plan fields."""
+def parse_fixed(fix: str | Mapping[str, Any] | None, precision: str | None = None) -> dict[str, Any]:
+    """Plan fields held fixed: "tp=8,pp=4,sp=1" (the --plan syntax) or a mapping of Plan fields, checked
+    together with the job's ``precision`` where they do not name one (so fp8_params=1 holds under
+    --precision fp8)."""
     if fix is None or fix == "":
         return {}
-    plan: Plan = parse_plan(fix, "fix") if isinstance(fix, str) else make_plan(**dict(fix))
-    fields = {k: getattr(plan, k) for k in plan.model_fields_set}
+    named = plan_fields(fix, "fix") if isinstance(fix, str) else dict(fix)
+    job = {"precision": precision} if precision is not None and "precision" not in named else {}
+    plan: Plan = parse_plan(fix, "fix", **job) if isinstance(fix, str) else make_plan(**{**job, **named})
+    fields = {k: getattr(plan, k) for k in plan.model_fields_set if k not in job}
     if "global_batch" in fields:
         raise PlanError("fix.global_batch", "the global batch is part of the job, not of the plan searched",
                         "give it with --global-batch")

@@ -67,9 +67,12 @@ def _int(r: dict, key: str, default: int | None = None) -> int | None:
     if v == "":
         return default
     try:
-        return int(float(v))
+        f = float(v)
     except ValueError:
         raise DataError(key, f"{v!r} is not a number", "fix the cell or leave it empty") from None
+    if not f.is_integer():   # never truncated: 1.5 GPUs or micro-batches is a typo, not a 1
+        raise DataError(key, f"{v!r} is not a whole number", "write a whole number or leave the cell empty")
+    return int(f)
 
 
 _TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
