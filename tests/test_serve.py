@@ -873,3 +873,29 @@ def test_trtllm_pytorch_0_17_routes_deepseek_with_unfused_pytorch_ops() -> None:
     mix_old = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=old))
     mix_new = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=cur))
     assert mix_old.kernels == mix_new.kernels                     # no expert groups: no grouped routing
+
+
+def test_multi_step_streaming_per_step_changes_itl_only() -> None:
+    """A server that streams each step's token (multi_step_stream="step") shows one inter-token gap per step;
+    the schedule, and so throughput, TTFT and TPOT, is the same as when tokens arrive once per run."""
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=256, output_len=128, request_rate=8,
+             num_requests=150, seed=1, num_scheduler_steps=10)
+    run = predict_serving(ServeRequest(**q))
+    step = predict_serving(ServeRequest(**q, multi_step_stream="step"))
+    assert step.output_tokens_per_s == run.output_tokens_per_s
+    assert step.latency("tpot_s")["mean"] == run.latency("tpot_s")["mean"]
+    assert step.latency("ttft_s")["mean"] == run.latency("ttft_s")["mean"]
+    assert step.latency("itl_s")["p50"] * 5 < run.latency("itl_s")["p50"]
+    # a token per step: the ITL samples, weighted by the tokens each emitted, cover every decode token
+    assert step.sim.itl_weights.sum() > 5 * run.sim.itl_weights.sum()
+    with pytest.raises(Exception):
+        predict_serving(ServeRequest(**q, multi_step_stream="chunk"))
+
+
+def test_multi_step_stream_note_reaches_the_request() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = "vllm serve --num-scheduler-steps 15; streaming (multi_step_stream=step): per-token itls"
+    q = request_of(row, [])
+    assert q.num_scheduler_steps == 15 and q.multi_step_stream == "step"

@@ -55,6 +55,9 @@ class ServeRequest:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None     # vllm serve --max-model-len: sizes vLLM V0's unchunked token budget
     num_scheduler_steps: int | None = None   # vLLM multi-step scheduling (--num-scheduler-steps)
+    # how a multi-step run's tokens reach the client: "run" (all at the run's end: one inter-token gap per
+    # run) or "step" (each step's token as it is sampled: one gap per step); None: "run"
+    multi_step_stream: str | None = None
     enforce_eager: bool = False              # no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph)
     chunked_prefill: bool | None = None      # None: the engine's default; False: vLLM --enable-chunked-prefill=False
     disaggregate: str | None = None  # "P:D" prefill:decode replicas
@@ -415,7 +418,15 @@ def predict_serving(q: ServeRequest, *, pricer: StepPricer | None = None) -> Ser
     decode_step = pricer.price(decode_seqs=dec_b, decode_context=dec_b * (inp + int(np.median(req.output_len)) // 2))
     if not mem.fits:
         return ServeResult(setup, mem, None, workload, notes, prefill_step, decode_step)
-    sim = Simulator(setup, mem.kv_cache_tokens, static=workload == "static", disaggregate=disagg, pricer=pricer)
+    stream = (q.multi_step_stream or "run").strip().lower()
+    if stream not in ("run", "step"):
+        raise SpecError("multi_step_stream", f"unknown streaming mode {q.multi_step_stream!r}",
+                        "use run (tokens at the end of a multi-step run) or step (a token per step)")
+    if stream == "step" and setup.engine.scheduler_steps > 1:
+        notes.append("multi-step streaming: each step's token reaches the client as it is sampled (one "
+                     "inter-token gap per step, not per run)")
+    sim = Simulator(setup, mem.kv_cache_tokens, static=workload == "static", disaggregate=disagg, pricer=pricer,
+                    stream_every_step=stream == "step")
     res = sim.run(req, concurrency=q.concurrency if workload == "concurrency" else None)
     return ServeResult(setup, mem, res, workload, notes, prefill_step, decode_step)
 

@@ -159,12 +159,15 @@ class Simulator:
 
     def __init__(self, setup: ServeSetup, kv_cache_tokens: int, *, static: bool = False,
                  disaggregate: tuple[int, int] | None = None, kv_transfer_bytes_per_s: float | None = None,
-                 pricer: StepPricer | None = None):
+                 pricer: StepPricer | None = None, stream_every_step: bool = False):
         self.s = setup
         self.e = setup.engine
         self.pricer = pricer or StepPricer(setup)
         self.capacity = kv_cache_tokens
         self.static = static
+        # multi-step scheduling: whether each step's tokens reach the client as they are sampled (one
+        # inter-token gap per step) or only when the run ends (one gap per run; the default)
+        self.stream_every_step = stream_every_step
         self.disagg = disaggregate
         self.kv_bw = kv_transfer_bytes_per_s or setup.cluster.node.nic_bandwidth_per_gpu * setup.replica_gpus
         self._tok: dict[int, tuple] = {}
@@ -406,10 +409,10 @@ class Simulator:
             if decoded and r.n_dec:
                 r.it += 1
                 r.kv_tokens += r.n_dec
-                if run == 1:         # a multi-step run streams its tokens when it ends: one gap per run
+                if run == 1 and not self.stream_every_step:   # tokens stream when the run ends: one gap per run
                     r.run_s += dur
                 else:
-                    itl_d.append(dur + (r.run_s if run == 2 else 0.0))
+                    itl_d.append(dur + (r.run_s if run == 2 and not self.stream_every_step else 0.0))
                     itl_w.append(r.n_dec)
                     r.run_s = 0.0
                 while r.heap and r.heap[0][0] <= r.it:

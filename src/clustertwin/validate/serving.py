@@ -211,8 +211,12 @@ _FLAGS = (
     # the same setting named as the engines' config fields (vLLM EngineArgs.enable_chunked_prefill, TensorRT-LLM
     # executor enable_chunked_context) where a harness leaves it at its default False
     (re.compile(r"enable_chunked_(?:prefill|context)[ =]False"), "chunked_prefill"),
+    # not a launch flag: how the run's server streamed a multi-step run, read from its own per-request data
+    # and stated in the notes with that evidence (the schema has no column for it)
+    (re.compile(r"multi_step_stream=step"), "multi_step_stream"),
 )
-_FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch"}   # what a flag without a number sets
+# what a flag without a number sets
+_FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch", "multi_step_stream": "step"}
 
 
 def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
