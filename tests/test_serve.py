@@ -899,3 +899,38 @@ def test_multi_step_stream_note_reaches_the_request() -> None:
     row["notes"] = "vllm serve --num-scheduler-steps 15; streaming (multi_step_stream=step): per-token itls"
     q = request_of(row, [])
     assert q.num_scheduler_steps == 15 and q.multi_step_stream == "step"
+
+
+def test_harness_batcher_replays_amd_loop() -> None:
+    """AMD's MLPerf harness batcher (sync_sut.py batch_samples_loop), by hand: threshold 0.3 s, batch 3, two
+    engines. Arrivals 0, 0.1, 0.2 -> the third fills the batch at 0.2 (engine 0); 0.25 and 1.0: the loop wakes
+    at 0.55 (timeout) but only 0.35 s have passed since the last send at 0.2 -> sends 0.25 at 0.55 (engine 1);
+    1.0 is held and sent at once (0.45 s since 0.55 >= 0.3) to engine 0."""
+    from clustertwin.serve.sim import harness_batches
+    arr = np.array([0.0, 0.1, 0.2, 0.25, 1.0])
+    when, where = harness_batches(arr, 0.3, 3, 2)
+    assert when.tolist() == pytest.approx([0.2, 0.2, 0.2, 0.55, 1.0])
+    assert where.tolist() == [0, 0, 0, 1, 0]
+    assert (when >= arr).all()
+
+
+def test_harness_batcher_delays_first_token_from_issue() -> None:
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=2, plan="tp=1,dp=2", input_len=256, output_len=64,
+             request_rate=20, num_requests=300, seed=2)
+    plain = predict_serving(ServeRequest(**q))
+    held = predict_serving(ServeRequest(**q, harness_batcher=(0.3, 96)))
+    # each query waits for its batch: on average about half the threshold more before its first token
+    assert held.latency("ttft_s")["mean"] > plain.latency("ttft_s")["mean"] + 0.1
+    assert (held.sim.ttft_s > 0).all() and (held.sim.start_s == plain.sim.start_s).all()
+    assert held.requests_per_s == pytest.approx(plain.requests_per_s, rel=0.02)
+
+
+def test_batcher_note_reaches_the_request() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = ("mainVllmFp8_SyncServer.py --enable-batcher; --enable-batcher holds arriving queries up to "
+                    "--batcher-threshold 0.3 s (or --gpu-batch-size 96) before sending them")
+    assert request_of(row, []).harness_batcher == (0.3, 96)
+    row["notes"] = "vllm serve"
+    assert request_of(row, []).harness_batcher is None

@@ -234,6 +234,19 @@ def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
     return out
 
 
+_BATCHER = re.compile(r"--enable-batcher\b.*?--batcher-threshold[ =](\d+(?:\.\d+)?)(?: s)?.*?--gpu-batch-size[ =](\d+)")
+
+
+def harness_batcher_of(r: dict, notes: list[str]) -> tuple[float, int] | None:
+    """A harness-side batcher the row's notes describe (AMD's MLPerf harness, ``--enable-batcher`` with its
+    ``--batcher-threshold`` seconds and ``--gpu-batch-size``): (threshold s, batch size), else None."""
+    m = _BATCHER.search(_cell(r, "notes"))
+    if not m:
+        return None
+    notes.append(f"notes: --enable-batcher, threshold {m.group(1)} s, batch {m.group(2)} -> harness_batcher")
+    return float(m.group(1)), int(m.group(2))
+
+
 MAX_REQUESTS = 5000              # requests simulated per row (offline, closed loop, static)
 MAX_POISSON_REQUESTS = 300_000   # per Poisson row: MLPerf Server runs issue rate x >= 600 s
 
@@ -324,6 +337,9 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
     if not gpu:
         raise DataError("gpu", "empty", "fill the catalog GPU name")
     flags = engine_flags(r, notes)
+    batcher = harness_batcher_of(r, notes)
+    if batcher is not None:
+        flags["harness_batcher"] = batcher
     adp = tp if flags.pop("adp", False) and tp > 1 else 1
     return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp, **flags,
                         plan=f"tp={tp},pp={pp},ep={ep},dp={dp},adp={adp}", engine=_cell(r, "engine") or "vllm",
