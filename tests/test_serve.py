@@ -873,3 +873,64 @@ def test_trtllm_pytorch_0_17_routes_deepseek_with_unfused_pytorch_ops() -> None:
     mix_old = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=old))
     mix_new = StepPricer(setup("mixtral-8x7b", "h200", 8, tp=8, engine=cur))
     assert mix_old.kernels == mix_new.kernels                     # no expert groups: no grouped routing
+
+
+def test_multi_step_streaming_per_step_changes_itl_only() -> None:
+    """A server that streams each step's token (multi_step_stream="step") shows one inter-token gap per step;
+    the schedule, and so throughput, TTFT and TPOT, is the same as when tokens arrive once per run."""
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=1, input_len=256, output_len=128, request_rate=8,
+             num_requests=150, seed=1, num_scheduler_steps=10)
+    run = predict_serving(ServeRequest(**q))
+    step = predict_serving(ServeRequest(**q, multi_step_stream="step"))
+    assert step.output_tokens_per_s == run.output_tokens_per_s
+    assert step.latency("tpot_s")["mean"] == run.latency("tpot_s")["mean"]
+    assert step.latency("ttft_s")["mean"] == run.latency("ttft_s")["mean"]
+    assert step.latency("itl_s")["p50"] * 5 < run.latency("itl_s")["p50"]
+    # a token per step: the ITL samples, weighted by the tokens each emitted, cover every decode token
+    assert step.sim.itl_weights.sum() > 5 * run.sim.itl_weights.sum()
+    with pytest.raises(Exception):
+        predict_serving(ServeRequest(**q, multi_step_stream="chunk"))
+
+
+def test_multi_step_stream_note_reaches_the_request() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = "vllm serve --num-scheduler-steps 15; streaming (multi_step_stream=step): per-token itls"
+    q = request_of(row, [])
+    assert q.num_scheduler_steps == 15 and q.multi_step_stream == "step"
+
+
+def test_harness_batcher_replays_amd_loop() -> None:
+    """AMD's MLPerf harness batcher (sync_sut.py batch_samples_loop), by hand: threshold 0.3 s, batch 3, two
+    engines. Arrivals 0, 0.1, 0.2 -> the third fills the batch at 0.2 (engine 0); 0.25 and 1.0: the loop wakes
+    at 0.55 (timeout) but only 0.35 s have passed since the last send at 0.2 -> sends 0.25 at 0.55 (engine 1);
+    1.0 is held and sent at once (0.45 s since 0.55 >= 0.3) to engine 0."""
+    from clustertwin.serve.sim import harness_batches
+    arr = np.array([0.0, 0.1, 0.2, 0.25, 1.0])
+    when, where = harness_batches(arr, 0.3, 3, 2)
+    assert when.tolist() == pytest.approx([0.2, 0.2, 0.2, 0.55, 1.0])
+    assert where.tolist() == [0, 0, 0, 1, 0]
+    assert (when >= arr).all()
+
+
+def test_harness_batcher_delays_first_token_from_issue() -> None:
+    q = dict(model="llama3-8b", gpu="h100-sxm", num_gpus=2, plan="tp=1,dp=2", input_len=256, output_len=64,
+             request_rate=20, num_requests=300, seed=2)
+    plain = predict_serving(ServeRequest(**q))
+    held = predict_serving(ServeRequest(**q, harness_batcher=(0.3, 96)))
+    # each query waits for its batch: on average about half the threshold more before its first token
+    assert held.latency("ttft_s")["mean"] > plain.latency("ttft_s")["mean"] + 0.1
+    assert (held.sim.ttft_s > 0).all() and (held.sim.start_s == plain.sim.start_s).all()
+    assert held.requests_per_s == pytest.approx(plain.requests_per_s, rel=0.02)
+
+
+def test_batcher_note_reaches_the_request() -> None:
+    from clustertwin.validate.serving import request_of
+    src = (DATA / "serving_runs_small.csv").read_text(encoding="utf-8").splitlines()
+    row = dict(zip(src[0].split(","), src[1].split(",")))
+    row["notes"] = ("mainVllmFp8_SyncServer.py --enable-batcher; --enable-batcher holds arriving queries up to "
+                    "--batcher-threshold 0.3 s (or --gpu-batch-size 96) before sending them")
+    assert request_of(row, []).harness_batcher == (0.3, 96)
+    row["notes"] = "vllm serve"
+    assert request_of(row, []).harness_batcher is None

@@ -320,7 +320,9 @@ AMD_SERVER = ("perf script test_VllmFp8_SyncServer_perf.sh: mainVllmFp8_SyncServ
               "enable_chunked_prefill False; "
               "--enable-batcher "
               "holds arriving queries on the harness side up to --batcher-threshold 0.3 s (or --gpu-batch-size 96) "
-              "before sending them to vLLM, a wait the twin does not model")
+              "before sending them to vLLM, each batch to the next vLLM engine in turn (sync_sut.py SyncServerSUT."
+              "batch_samples_loop, send_samples, next_device_id: round-robin); LoadGen's TTFT counts from the "
+              "query's issue, so the wait is in it")
 MLPERF41_SYSTEMS = {
     "closed/NVIDIA/results/H200-SXM-141GBx8_TRT/llama2-70b": dict(
         model="llama2-70b", gpu="h200", num_gpus=8, tp=1, dp_replicas=8, engine="trtllm", precision="fp8",
@@ -891,6 +893,16 @@ D405_SERVING = {
                               "--max-num-seqs 1024"),
 }
 
+# how each serving run's server streamed a multi-step run, read from the result files' per-request itls lists
+# (benchmark_serving.py appends one ITL per received chunk); the lists are dropped from the summaries JSON
+D405_STREAMING = {
+    "8xMi300x-serving-meta": (
+        "streaming (multi_step_stream=step): the result files' per-request itls lists hold one gap per generated "
+        "token after the first (120502 gaps for 120551 tokens at QPS 1000, 122096 / 122152 at 16, 120226 / 120276 "
+        "at 32; 10th percentile 137-140 ms, none or 32-33 under 1 ms), so this build streamed each step's token as "
+        "it was sampled, not one chunk per 15-step run (benchmark_serving.py appends one ITL per received chunk)"),
+}
+
 
 def dstack_llama405b() -> list[dict[str, str]]:
     import json
@@ -926,6 +938,8 @@ def dstack_llama405b() -> list[dict[str, str]]:
                  f"{launch}; {META_FP8}; client: benchmark_serving.py --backend vllm --dataset-name sharegpt "
                  f"--request-rate {rate_text} (Poisson arrivals), {d['num_prompts']} prompts, {d['completed']} "
                  f"completed, {d['total_input_tokens']} input and {d['total_output_tokens']} output tokens in all")
+        if folder in D405_STREAMING:
+            notes += "; " + D405_STREAMING[folder]
         fields = dict(source=D405_SRC.format(f"raw_data/{folder}"), source_url=D405_TREE + path.split(
                           "comparison/h100sxm5_vs_mi300x/")[1], gpu=gpu, num_gpus=8, tp=8, pp=1, dp_replicas=1,
                       engine="vllm", engine_version=version, precision="fp8", workload="poisson", dataset="sharegpt",

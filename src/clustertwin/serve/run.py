@@ -21,7 +21,7 @@ from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
 from . import dataset, energy
 from .engines import EngineProfile, engine_for_platform, engine_for_version, get_engine
-from .sim import Requests, SimResult, Simulator, make_requests
+from .sim import Requests, SimResult, Simulator, harness_batches, make_requests
 from .workload import CHANNELWISE_FP8, KV_DTYPES, PRECISIONS, MemoryPlan, ServeSetup, StepCost, StepPricer, memory_plan, parse_serve_plan
 
 MAX_TOKENS = 10_000_000        # a request longer than this is a typo, not a workload
@@ -55,6 +55,12 @@ class ServeRequest:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None     # vllm serve --max-model-len: sizes vLLM V0's unchunked token budget
     num_scheduler_steps: int | None = None   # vLLM multi-step scheduling (--num-scheduler-steps)
+    # how a multi-step run's tokens reach the client: "run" (all at the run's end: one inter-token gap per
+    # run) or "step" (each step's token as it is sampled: one gap per step); None: "run"
+    multi_step_stream: str | None = None
+    # a harness-side batcher between the load generator and the engines: (wait threshold s, batch size);
+    # requests are handed over in batches, round-robin over the replicas (serve.sim.harness_batches)
+    harness_batcher: tuple[float, int] | None = None
     enforce_eager: bool = False              # no CUDA graphs (vLLM --enforce-eager, SGLang --disable-cuda-graph)
     chunked_prefill: bool | None = None      # None: the engine's default; False: vLLM --enable-chunked-prefill=False
     disaggregate: str | None = None  # "P:D" prefill:decode replicas
@@ -399,6 +405,15 @@ def predict_serving(q: ServeRequest, *, pricer: StepPricer | None = None) -> Ser
     workload = workload_of(q)
     setup, notes = build_setup(q)
     req = requests_of(q, workload, setup, notes)
+    if q.harness_batcher is not None and workload in ("poisson", "trace"):
+        wait_s, batch = q.harness_batcher
+        if not (wait_s >= 0 and math.isfinite(wait_s)) or batch < 1:
+            raise SpecError("harness_batcher", f"{q.harness_batcher} is not (wait >= 0 s, batch >= 1)",
+                            "give the batcher's wait threshold in seconds and its batch size")
+        dispatch, route = harness_batches(req.arrival_s, float(wait_s), int(batch), setup.dp)
+        req = Requests(req.arrival_s, req.input_len, req.output_len, dispatch, route)
+        notes.append(f"harness batcher: queries held up to {wait_s:g} s or {batch} queries, each batch sent to the "
+                     "next replica in turn; TTFT and latency count from the query's issue")
     _check_unchunked_budget(q, setup, req)
     disagg = _disagg(q.disaggregate, setup.dp)
     longest = int((req.input_len + req.output_len).max())
@@ -415,7 +430,15 @@ def predict_serving(q: ServeRequest, *, pricer: StepPricer | None = None) -> Ser
     decode_step = pricer.price(decode_seqs=dec_b, decode_context=dec_b * (inp + int(np.median(req.output_len)) // 2))
     if not mem.fits:
         return ServeResult(setup, mem, None, workload, notes, prefill_step, decode_step)
-    sim = Simulator(setup, mem.kv_cache_tokens, static=workload == "static", disaggregate=disagg, pricer=pricer)
+    stream = (q.multi_step_stream or "run").strip().lower()
+    if stream not in ("run", "step"):
+        raise SpecError("multi_step_stream", f"unknown streaming mode {q.multi_step_stream!r}",
+                        "use run (tokens at the end of a multi-step run) or step (a token per step)")
+    if stream == "step" and setup.engine.scheduler_steps > 1:
+        notes.append("multi-step streaming: each step's token reaches the client as it is sampled (one "
+                     "inter-token gap per step, not per run)")
+    sim = Simulator(setup, mem.kv_cache_tokens, static=workload == "static", disaggregate=disagg, pricer=pricer,
+                    stream_every_step=stream == "step")
     res = sim.run(req, concurrency=q.concurrency if workload == "concurrency" else None)
     return ServeResult(setup, mem, res, workload, notes, prefill_step, decode_step)
 

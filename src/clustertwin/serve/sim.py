@@ -34,11 +34,15 @@ WORKLOADS = ("offline", "concurrency", "poisson", "static", "trace")
 
 @dataclass(frozen=True)
 class Requests:
-    """Requests by id: arrival time (s; for closed loop ignored), prompt and output lengths."""
+    """Requests by id: arrival time (s; for closed loop ignored), prompt and output lengths. A harness between
+    the load generator and the engine may hand a request over later (``dispatch_s``) and to a replica of its
+    choosing (``replica``); latencies still count from ``arrival_s``."""
 
     arrival_s: np.ndarray
     input_len: np.ndarray
     output_len: np.ndarray
+    dispatch_s: np.ndarray | None = None
+    replica: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.input_len)
@@ -61,6 +65,46 @@ def make_requests(n: int, input_len: int | np.ndarray, output_len: int | np.ndar
     else:
         arr = np.zeros(n)
     return Requests(arr, inp, out)
+
+
+def harness_batches(arrival_s: np.ndarray, threshold_s: float, max_batch: int,
+                    replicas: int) -> tuple[np.ndarray, np.ndarray]:
+    """When and to which replica a harness-side batcher hands each request over: AMD's MLPerf v4.1 llama2-70b
+    Server harness (--enable-batcher; closed/AMD/code/llama2-70b-99/VllmFp8/sync_sut.py,
+    SyncServerSUT.batch_samples_loop). Its loop, replayed here event by event: it blocks for the first query
+    and stamps the time; then, whenever it wakes (a query arrived, or ``threshold_s`` passed without one), it
+    sends the held queries (at most ``max_batch``) if there are some and ``max_batch`` are held or
+    ``threshold_s`` has passed since the last send; each batch goes to the next engine in turn
+    (send_samples -> next_device_id, round-robin). ``arrival_s`` sorted ascending."""
+    n = len(arrival_s)
+    dispatch = np.empty(n)
+    route = np.empty(n, dtype=np.int64)
+    if n == 0:
+        return dispatch, route
+    held: deque[int] = deque([0])
+    now = stamp = float(arrival_s[0])
+    nxt, device = 1, 0
+    while held or nxt < n:
+        if held and (len(held) >= max_batch or now - stamp >= threshold_s):
+            for _ in range(min(max_batch, len(held))):
+                i = held.popleft()
+                dispatch[i], route[i] = now, device
+            device = (device + 1) % replicas
+            stamp = now
+            if not held and nxt >= n:
+                break
+        # queue.get(timeout=threshold): the next query, or a wake-up threshold_s later
+        if nxt < n and arrival_s[nxt] <= now + threshold_s:
+            now = max(now, float(arrival_s[nxt]))
+            held.append(nxt)
+            nxt += 1
+        elif held:
+            now += threshold_s
+        else:                    # nothing held: the loop idles until the next query arrives
+            now = float(arrival_s[nxt])
+            held.append(nxt)
+            nxt += 1
+    return dispatch, route
 
 
 @dataclass
@@ -159,12 +203,15 @@ class Simulator:
 
     def __init__(self, setup: ServeSetup, kv_cache_tokens: int, *, static: bool = False,
                  disaggregate: tuple[int, int] | None = None, kv_transfer_bytes_per_s: float | None = None,
-                 pricer: StepPricer | None = None):
+                 pricer: StepPricer | None = None, stream_every_step: bool = False):
         self.s = setup
         self.e = setup.engine
         self.pricer = pricer or StepPricer(setup)
         self.capacity = kv_cache_tokens
         self.static = static
+        # multi-step scheduling: whether each step's tokens reach the client as they are sampled (one
+        # inter-token gap per step) or only when the run ends (one gap per run; the default)
+        self.stream_every_step = stream_every_step
         self.disagg = disaggregate
         self.kv_bw = kv_transfer_bytes_per_s or setup.cluster.node.nic_bandwidth_per_gpu * setup.replica_gpus
         self._tok: dict[int, tuple] = {}
@@ -239,8 +286,9 @@ class Simulator:
                 seq += 1
                 next_req += 1
         else:
+            handed = start if req.dispatch_s is None else req.dispatch_s   # a harness may hold requests back
             for i in range(n):
-                events.append((float(start[i]), seq, ARRIVE, i))
+                events.append((float(handed[i]), seq, ARRIVE, i))
                 seq += 1
             next_req = n
         heapq.heapify(events)
@@ -390,7 +438,10 @@ class Simulator:
         while events:
             t, _, kind, x = heapq.heappop(events)
             if kind == ARRIVE or kind == XFER:
-                r = least(entry if kind == ARRIVE else decoders)
+                if kind == ARRIVE and req.replica is not None:   # the harness chose the replica
+                    r = entry[int(req.replica[x]) % len(entry)]
+                else:
+                    r = least(entry if kind == ARRIVE else decoders)
                 r.waiting.append(x)
                 if not r.busy:   # start after every event at this instant (simultaneous arrivals batch)
                     r.busy = True
@@ -406,10 +457,10 @@ class Simulator:
             if decoded and r.n_dec:
                 r.it += 1
                 r.kv_tokens += r.n_dec
-                if run == 1:         # a multi-step run streams its tokens when it ends: one gap per run
+                if run == 1 and not self.stream_every_step:   # tokens stream when the run ends: one gap per run
                     r.run_s += dur
                 else:
-                    itl_d.append(dur + (r.run_s if run == 2 else 0.0))
+                    itl_d.append(dur + (r.run_s if run == 2 and not self.stream_every_step else 0.0))
                     itl_w.append(r.n_dec)
                     r.run_s = 0.0
                 while r.heap and r.heap[0][0] <= r.it:
@@ -471,4 +522,4 @@ class Simulator:
         heapq.heappush(r.heap, (i0 + int(remaining[rid]) - 1, rid))
 
 
-__all__ = ["Requests", "make_requests", "Simulator", "SimResult", "WORKLOADS"]
+__all__ = ["Requests", "make_requests", "harness_batches", "Simulator", "SimResult", "WORKLOADS"]

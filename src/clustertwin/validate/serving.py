@@ -211,8 +211,12 @@ _FLAGS = (
     # the same setting named as the engines' config fields (vLLM EngineArgs.enable_chunked_prefill, TensorRT-LLM
     # executor enable_chunked_context) where a harness leaves it at its default False
     (re.compile(r"enable_chunked_(?:prefill|context)[ =]False"), "chunked_prefill"),
+    # not a launch flag: how the run's server streamed a multi-step run, read from its own per-request data
+    # and stated in the notes with that evidence (the schema has no column for it)
+    (re.compile(r"multi_step_stream=step"), "multi_step_stream"),
 )
-_FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch"}   # what a flag without a number sets
+# what a flag without a number sets
+_FLAG_VALUE = {"chunked_prefill": False, "engine_backend": "pytorch", "multi_step_stream": "step"}
 
 
 def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
@@ -228,6 +232,19 @@ def engine_flags(r: dict, notes: list[str]) -> dict[str, Any]:
         out[key] = int(m.group(1)) if m.groups() else _FLAG_VALUE.get(key, True)
         notes.append(f"notes: {m.group(0)} -> {key}")
     return out
+
+
+_BATCHER = re.compile(r"--enable-batcher\b.*?--batcher-threshold[ =](\d+(?:\.\d+)?)(?: s)?.*?--gpu-batch-size[ =](\d+)")
+
+
+def harness_batcher_of(r: dict, notes: list[str]) -> tuple[float, int] | None:
+    """A harness-side batcher the row's notes describe (AMD's MLPerf harness, ``--enable-batcher`` with its
+    ``--batcher-threshold`` seconds and ``--gpu-batch-size``): (threshold s, batch size), else None."""
+    m = _BATCHER.search(_cell(r, "notes"))
+    if not m:
+        return None
+    notes.append(f"notes: --enable-batcher, threshold {m.group(1)} s, batch {m.group(2)} -> harness_batcher")
+    return float(m.group(1)), int(m.group(2))
 
 
 MAX_REQUESTS = 5000              # requests simulated per row (offline, closed loop, static)
@@ -320,6 +337,9 @@ def request_of(r: dict, notes: list[str], base_dir: Path | None = None):
     if not gpu:
         raise DataError("gpu", "empty", "fill the catalog GPU name")
     flags = engine_flags(r, notes)
+    batcher = harness_batcher_of(r, notes)
+    if batcher is not None:
+        flags["harness_batcher"] = batcher
     adp = tp if flags.pop("adp", False) and tp > 1 else 1
     return ServeRequest(model=model_of(r, notes), gpu=gpu, num_gpus=tp * pp * dp, **flags,
                         plan=f"tp={tp},pp={pp},ep={ep},dp={dp},adp={adp}", engine=_cell(r, "engine") or "vllm",
