@@ -267,7 +267,7 @@ class PricedRows:
 
     def at(self, i: int) -> "PricedRows":
         """Row ``i`` alone, in floats (predict's view)."""
-        def f(v) -> float:
+        def f(v) -> Any:
             if v is None:       # StageTime.pair_ep_s of a stage outside DualPipe
                 return v
             if isinstance(v, np.ndarray):
