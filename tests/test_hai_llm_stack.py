@@ -113,8 +113,12 @@ def test_dualpipe_overlap_exposes_the_sm_share_or_what_outlasts_the_compute(a2a:
     assert exposed == pytest.approx(max(share * a2a, a2a - 3.0))
     assert exposed <= a2a                                          # never worse than exposing it all
     breakdown, _ = compose_step([st, st], [0, 1], [1e9, 1e9], 10, 2, 1, True, True, True, dualpipe_sms=132)
-    assert breakdown["ep_comm"] == pytest.approx(10 * exposed)
-    assert sum(breakdown.values()) == pytest.approx(10 * (3.0 + exposed) + breakdown["optimizer"] +
+    # p = 2: the reference order runs 3 of the 10 forwards (and backwards) alone, all-to-alls exposed:
+    # 2 F (step 2), and the middle rank's first step-4 pair split (dualpipe_unpaired)
+    per_mb = 0.3 * a2a + 0.7 * exposed
+    assert breakdown["ep_comm"] == pytest.approx(10 * per_mb)
+    assert breakdown["bubble"] == 0.0                              # p/2 - 1 = 0
+    assert sum(breakdown.values()) == pytest.approx(10 * (3.0 + per_mb) + breakdown["optimizer"] +
                                                     breakdown["dp_comm"] + breakdown["pp_comm"] + breakdown["other"])
 
 

@@ -268,7 +268,9 @@ class PricedRows:
 
     def at(self, i: int) -> "PricedRows":
         """Row ``i`` alone, in floats (predict's view)."""
-        def f(v) -> float:
+        def f(v) -> Any:
+            if v is None:       # StageTime.pair_ep_s of a stage outside DualPipe
+                return v
             if isinstance(v, np.ndarray):
                 return float(v[i]) if v.ndim else float(v)
             return float(v)
@@ -883,8 +885,8 @@ class _Layout:
                     stage_times.append(st)
                 params_of = params_rows
                 if self.dualpipe:   # the ranks, each holding two stages
-                    stage_times = [dualpipe_rank(st, stage_times[self._partner(k)], st.stage)
-                                   for k, st in enumerate(stage_times)]
+                    stage_times = [dualpipe_rank(st, stage_times[self._partner(k)], st.stage,
+                                                 plans.cluster.gpu.sm_count) for k, st in enumerate(stage_times)]
                     params_of = [p_k + params_rows[self._partner(k)] for k, p_k in enumerate(params_rows)]
                 gpu = plans.cluster.gpu
                 ep_overlap = (gpu.sm_count, EP_OVERLAP_COMM_SMS[self.pr.dispatcher]) if self.ep_overlap else None

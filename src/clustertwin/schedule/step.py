@@ -90,6 +90,9 @@ class StageTime:
     # its recomputation): the link is busy with it then, as in the cp_hidden time
     cp_open_fwd_s: Num = 0.0
     cp_open_bwd_s: Num = 0.0
+    # DualPipe (set by ``dualpipe_rank``): what one overlapped forward-backward pair of the rank exposes of
+    # its all-to-alls, the mean over its two kinds of pairs (``dualpipe_pair_ep``); None: not a DualPipe rank
+    pair_ep_s: Num | None = None
 
     @property
     def per_microbatch_s(self) -> float:
@@ -428,12 +431,16 @@ def refuse_ep_overlap(plan, framework: FrameworkProfile, what: str) -> None:
                         "all-to-alls (Megatron-Core's combined 1F1B)", "price it with predict, or set overlap_ep_comm=0")
 
 
-def dualpipe_rank(a: StageTime, b: StageTime, rank: int) -> StageTime:
+def dualpipe_rank(a: StageTime, b: StageTime, rank: int, sm_count: int = 0) -> StageTime:
     """The rank of a DualPipe pipeline that holds stages ``a`` and ``b`` (i and p-1-i; DeepSeek-V3
     Sec. 3.2.1): half of the micro-batches run through each, so per micro-batch it spends the mean of
     the two stages' times; its once-per-step work (gradient reduction, parameter gathers, optimizer)
-    is that of both stages' parameters."""
+    is that of both stages' parameters. Its overlapped pairs are of two kinds, a forward of ``a`` with
+    a backward of ``b`` and the reverse, half of them each: ``pair_ep_s`` is their mean exposure
+    (``dualpipe_pair_ep``; with ``sm_count``, the GPU's SMs)."""
     out = StageTime(rank)
+    if sm_count:
+        out.pair_ep_s = (dualpipe_pair_ep(a, b, sm_count) + dualpipe_pair_ep(b, a, sm_count)) / 2
     for name in ("fwd_s", "bwd_s", "recompute_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
                  "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s",
                  "waits_fwd_s", "cp_open_fwd_s", "cp_open_bwd_s"):
@@ -454,6 +461,48 @@ def dualpipe_exposed_ep(st: StageTime, sm_count: int, comm_sms: float = DUALPIPE
     compute = st.fwd_s + st.bwd_s + st.recompute_s
     share = comm_sms / sm_count
     return maximum(st.ep_s * share, st.ep_s - compute)
+
+
+def _ep_split(st: StageTime):
+    """A stage's all-to-all seconds per micro-batch, (forward's, backward's): ``ep_s`` split as the
+    stage's open waits are (``waits_fwd_s`` the forward's part of tp + cp + ep + imbalance)."""
+    waits = st.tp_s + st.cp_s + st.ep_s + st.moe_imbalance_s
+    fwd = where(waits > 0, st.ep_s * st.waits_fwd_s / maximum(waits, 1e-30), 0.0)
+    return fwd, st.ep_s - fwd
+
+
+def dualpipe_pair_ep(f: StageTime, b: StageTime, sm_count: int, comm_sms: float = DUALPIPE_COMM_SMS):
+    """What an overlapped pair of stage ``f``'s forward chunk and stage ``b``'s backward chunk adds to
+    their compute C = F + B (backward with its recomputation) for their all-to-alls A = A_F + A_B. In the
+    pair (DeepSeek-V3 Sec. 3.2.1, Figure 4) each chunk's dispatch and combine run on the communication
+    stream beside the *other* chunk's compute, and the chunk's own next layer piece waits for them, so
+    besides the compute stream (C slowed by the SM share s = comm SMs / SMs while an all-to-all runs:
+    C + A s) and the communication stream (A), each chunk's own chain bounds the pair: F + A_F and
+    B + A_B. The pair takes
+        max(C + A s, F + A_F, B + A_B, A) - C = max(A s, A_F - B, A_B - F, A - C);
+    on ranks 0 and p-1 (the dense first stage, whose short forward cannot hide the last stage's
+    backward all-to-alls) the chain bound is what sets it. Stages f = b: ``dualpipe_exposed_ep`` unless
+    a chunk's all-to-alls outlast the other chunk's compute."""
+    af, _ = _ep_split(f)
+    _, ab = _ep_split(b)
+    fwd, bwd = f.fwd_s, b.bwd_s + b.recompute_s
+    a = af + ab
+    share = comm_sms / sm_count
+    return maximum(maximum(a * share, a - fwd - bwd), maximum(af - bwd, ab - fwd))
+
+
+def dualpipe_unpaired(m, p: int, rank: int):
+    """The share of a DualPipe rank's m chunk forwards (and as many backwards) that DeepSeek's reference
+    order runs alone, their all-to-alls exposed (deepseek-ai/DualPipe dualpipe.py DualPipe.step; H = p/2,
+    x = min(rank, p-1-rank)): the forwards of steps 1-3 (2(H-x-1) + 2(x+1) + (H-x-1)) and the
+    backwards of steps 3, 5, 6 and 7 ((H-x-1) + (H-x-1) + 2(x+1) + (H-x-1)), 3H - x - 1 of each, plus the
+    middle ranks' first step-4 pair, run one chunk after the other ("We don't overlap these two chunks
+    to further reduce bubble size"). The other m - (3H - x - 1) forwards run in overlapped pairs.
+    Ranks 0 and p-1 run the most alone (3H - 1), the middle ranks the fewest (2H + 1)."""
+    half = p // 2
+    x = min(rank, p - 1 - rank)
+    alone = 3 * half - x - 1 + (1 if x == half - 1 else 0)
+    return minimum(1.0, alone / maximum(m, 1))
 
 
 def ep_overlap_unpaired(m, p: int, v: int):
@@ -528,16 +577,24 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
     (it sets the gradient bucket).
 
     ``dualpipe_sms`` (the GPU's SM count; 0: 1F1B): DualPipe, ``classes`` being its ranks
-    (``dualpipe_rank``): the all-to-alls overlap the paired chunk's compute (``dualpipe_exposed_ep``)
-    and the bubble is (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 Table 2), F&B the time of an overlapped
-    forward-backward pair (one micro-batch's time here), B a backward chunk with its recomputation
-    and W its weight-gradient GEMMs, each the mean over the ranks.
+    (``dualpipe_rank``): of a rank's micro-batches the share its reference order runs unpaired
+    (``dualpipe_unpaired``) exposes its all-to-alls, the rest overlap the paired chunk's compute
+    (``pair_ep_s``: ``dualpipe_pair_ep``; ``dualpipe_exposed_ep`` for a rank built without it), and the
+    bubble is (p/2 - 1)(F&B + B - 3W) (DeepSeek-V3 Table 2), F&B a forward and a backward chunk, B a
+    backward chunk with its recomputation, both of the fill/drain's unpaired chunks (all-to-alls
+    exposed), and W its weight-gradient GEMMs, each the mean over the ranks.
 
     ``ep_overlap`` ((the GPU's SM count, the SMs the all-to-all kernels take); None: off): Megatron-Core's
     EP all-to-all overlap (combined 1F1B, ``ep_overlap_exposed_ep``). The pipeline's fill and drain run
     unpaired chunks, so the bubble is priced with the all-to-alls exposed."""
     if dualpipe_sms:
-        exposed_ep = [dualpipe_exposed_ep(c, dualpipe_sms) for c in classes]
+        # a rank's unpaired chunks (``dualpipe_unpaired``) expose their all-to-alls whole, its pairs
+        # what ``dualpipe_pair_ep`` leaves
+        exposed_ep = []
+        for c in classes:
+            paired = c.pair_ep_s if c.pair_ep_s is not None else dualpipe_exposed_ep(c, dualpipe_sms)
+            unpaired = dualpipe_unpaired(m, p, c.stage)
+            exposed_ep.append(unpaired * c.ep_s + (1 - unpaired) * paired)
         per_mb = [c.per_microbatch_s - c.ep_s + e for c, e in zip(classes, exposed_ep)]
     elif ep_overlap:
         unpaired = ep_overlap_unpaired(m, p, v)
@@ -578,12 +635,16 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         return pick(crit, [getattr(c, field) for c in classes])
 
     if dualpipe_sms:
-        b_mean = w_mean = 0.0
+        # the fill and drain are the reference order's unpaired chunks (steps 1-3 and 5-7 of
+        # DualPipe.step, ``dualpipe_unpaired``): a forward and a backward chunk there run alone, their
+        # all-to-alls exposed, so Table 2's F&B and B are priced with them exposed
+        alone_mean = b_mean = w_mean = 0.0
         for i in range(p):
             c = classes[stage_class[i]]
-            b_mean = b_mean + (c.bwd_s + c.recompute_s) / p
+            alone_mean = alone_mean + c.per_microbatch_s / p
+            b_mean = b_mean + (c.bwd_s + c.recompute_s + _ep_split(c)[1]) / p
             w_mean = w_mean + c.wgrad_s / p
-        bubble = maximum(0.0, (p / 2 - 1) * (mean + b_mean - 3 * w_mean))
+        bubble = maximum(0.0, (p / 2 - 1) * (alone_mean + b_mean - 3 * w_mean))
     elif ep_overlap:   # fill and drain: forwards and backwards without a partner, all-to-alls exposed
         bubble = (p - 1) / v * sum(classes[stage_class[i]].per_microbatch_s for i in range(p)) / p
     else:
