@@ -1035,7 +1035,10 @@ _TORCH_STACK: list[Constant] = [
              _CP_COMPILED + ": the SDPA calls do not read the running output, so the whole merge chain (the "
              "float32 casts, every step's sigmoid/subtract/multiply and results()' cast back) is one pointwise "
              "kernel after the last step that reads each step's 16-bit block output once; the float32 running "
-             "output never reaches memory (the log-sum-exp chain, 1/head_dim of the elements, is left out)",
+             "output never reaches memory (the log-sum-exp chain, 1/head_dim of the elements, is left out). The "
+             "last rank's pattern (cp 4: 10, cp 8: 18 bytes per element with the write); the first rank's "
+             "partial updates also stored a float32 intermediate every few steps in the same code (cp 8: about "
+             "27), not counted",
              "torch ring attention compiled (torchtitan-compile): forward merge, bytes read per output element "
              "and ring step"),
     Constant("cp.compiled_merge_write_bytes_per_output_element", 2, "bytes/element",

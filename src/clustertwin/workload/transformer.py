@@ -390,11 +390,11 @@ def _compiled_ring_passes(c: LayerContext, layer: str, steps: int, q_elems: Any,
     loop and casts the last dK/dV back. The K/V contiguous copies stay (the flash kernel's inputs)."""
     fwd = elementwise("attn.cp_merge", out_elems * (_CPC_MERGE_READ * steps + _CPC_WRITE)
                       + kv_elems * (_CP_KV_CONTIG + _CP_FWD_KV_CAT), FWD, layer,
-                      kernels=2 + _CPC_FWD_KERNELS * steps)
+                      kernels=2 + _CPC_FWD_KERNELS * (steps - 1))     # send-buffer cat, fused merge, lse steps
     bwd = elementwise("attn.cp_grad_accum", q_elems * (_CPC_GRAD_Q * steps + _CPC_WRITE)
                       + kv_elems * (_CPC_GRAD_KV_FIRST + _CPC_GRAD_KV * (steps - 1) + _CPC_GRAD_KV_FINAL
                                     + _CP_KV_CONTIG + _CP_FWD_KV_CAT), BWD, layer,
-                      kernels=4 + steps)
+                      kernels=3 + steps)     # one per step, the send-buffer cat, the dQ sum, the dK/dV cast
     return fwd, bwd
 
 
