@@ -31,7 +31,7 @@ def _by_name(ops):
 
 
 def test_torch_ring_merge_and_accumulation_bytes_per_step():
-    model, c = _ctx("torchtitan-compile", 4)
+    model, c = _ctx("torchtitan-eager", 4)        # eager: nothing compiles the ring
     fwd, bwd, _ = layer_ops(c, False)
     f, b = _by_name(fwd), _by_name(bwd)
     heads, d = c.heads, model.qk_head_dim
@@ -52,6 +52,35 @@ def test_torch_ring_merge_and_accumulation_bytes_per_step():
     assert f[FIRST_STEP_CP].comm_bytes == pytest.approx(kv * 2 * 4)
     assert b["attn.cp_grad_exchange"].comm_bytes == pytest.approx(kv * 4 * 3)
     assert b[LAST_STEP_CP].comm_bytes == pytest.approx(kv * 4)
+
+
+def test_compiled_torch_ring_passes_are_inductors_fused_kernels():
+    """torchtitan-compile traces the ring into the block's graph: one fused merge reading each step's
+    16-bit block output once and writing the output once, one send-buffer concatenation, per-step dK/dV
+    send buffers written in one kernel, the steps' dQ summed after the loop (constants cp.compiled_*)."""
+    model, c = _ctx("torchtitan-compile", 4)
+    assert c.cp_ring_compiled and not _ctx("torchtitan-eager", 4)[1].cp_ring_compiled
+    fwd, bwd, _ = layer_ops(c, False)
+    f, b = _by_name(fwd), _by_name(bwd)
+    out = c.tokens * c.heads * model.qk_head_dim
+    kv = 2 * out
+    once_kv = value("cp.torch_kv_contiguous_bytes_per_element") + value("cp.torch_forward_kv_concat_bytes_per_element")
+    merge = out * (value("cp.compiled_merge_read_bytes_per_output_element") * 4
+                   + value("cp.compiled_merge_write_bytes_per_output_element")) + kv * once_kv
+    assert f["attn.cp_merge"].bytes == pytest.approx(merge)
+    assert f["attn.cp_merge"].kernels == 2 + int(value("cp.compiled_forward_kernels_per_step")) * 3
+    assert b["attn.cp_grad_accum"].kernels == 3 + 4
+    acc = out * (value("cp.compiled_grad_q_read_bytes_per_element") * 4
+                 + value("cp.compiled_merge_write_bytes_per_output_element")) \
+        + kv * (value("cp.compiled_grad_kv_first_bytes_per_element") + value("cp.compiled_grad_kv_bytes_per_element") * 3
+                + value("cp.compiled_grad_kv_final_bytes_per_element") + once_kv)
+    assert b["attn.cp_grad_accum"].bytes == pytest.approx(acc)
+    # the exchanges are the same collectives as eager; the fused passes move fewer bytes, the more so per step
+    _, e = _ctx("torchtitan-eager", 4)
+    fe, be = _by_name(layer_ops(e, False)[0]), _by_name(layer_ops(e, False)[1])
+    assert b["attn.cp_grad_exchange"].comm_bytes == be["attn.cp_grad_exchange"].comm_bytes
+    assert f["attn.cp_merge"].bytes < fe["attn.cp_merge"].bytes
+    assert b["attn.cp_grad_accum"].bytes < be["attn.cp_grad_accum"].bytes
 
 
 def test_ring_passes_only_on_the_torch_ring_and_only_with_cp():

@@ -952,6 +952,16 @@ _FIT_BOUNDS: list[Constant] = [
 
 # ---- PyTorch's own distributed code paths as torchtitan ran them (torch nightly 1963fc8 of 2024-12-23,
 # torchtitan 9dec370 of 2024-12-26): bytes each memory-bound pass moves, read from the code ---------------
+_CP_COMPILED = ("torchtitan 9dec370 parallelize_llama.py apply_compile: torch.compile(block, fullgraph=True) per "
+                "TransformerBlock, so F.scaled_dot_product_attention under context_parallel (DTensor's SDPA handler, "
+                "_templated_ring_attention and its backward; _attention.py _maybe_wait: 'When tracing the code, the "
+                "result tensor is not an AsyncCollectiveTensor') is traced into the graph and Inductor compiles the "
+                "merge; counted from Inductor's generated code for a standalone copy of the Dec 2024 merge math "
+                "(bf16 out, fp32 lse, convert_to_f32, allgather rotater, round-robin load balance, cp 4 and 8, first "
+                "and last rank; attention and collectives as opaque ops, as flash and the functional collectives are "
+                "to Inductor), torch 2.13 CPU build with config.force_pointwise_cat as the GPU lowering chooses "
+                "pointwise cat for these two-input cats (lowering.py cat: pointwise_cat disabled on CPU only); "
+                "assumption: the pointwise scheduler's fusion is the same on GPU and in the Dec 2024 nightly")
 _TORCH_STACK: list[Constant] = [
     Constant("fsdp2.copy_out_bytes_per_element", 4, "bytes/element",
              "PyTorch FSDP2 _fsdp_collectives.py foreach_all_gather_copy_out: after each all-gather, "
@@ -980,7 +990,8 @@ _TORCH_STACK: list[Constant] = [
              "torch/distributed/tensor/experimental/_attention.py _SDPAMerger (convert_to_f32 = True) per "
              "ring step: block_out.to(float32) 6 (read 2, write 4), out - block_out 12, "
              "sigmoid(block_lse - lse) * (...) 8, out - (...) 12 bytes per output element in eager kernels "
-             "(the ring runs inside DTensor's op dispatch, beneath the compiled graph)",
+             "(torchtitan-eager: nothing compiles the ring; under torchtitan-compile the ring is traced into the "
+             "block's graph and Inductor fuses it: cp.compiled_*)",
              "torch ring attention (torchtitan CP): forward output merge per ring step"),
     Constant("cp.torch_forward_once_bytes_per_output_element", 12, "bytes/element",
              "_SDPAMerger: the first step's output cast to float32 (step: out.to(torch.float32), read 2, write "
@@ -1020,6 +1031,44 @@ _TORCH_STACK: list[Constant] = [
              "_templated_ring_attention_backward per step: the dK and dV additions, the two torch.cat of "
              "_partial_update, the torch.cat of the send buffer and the dQ addition",
              "torch ring attention backward: kernels per ring step"),
+    Constant("cp.compiled_merge_read_bytes_per_output_element", 2, "bytes/element",
+             _CP_COMPILED + ": the SDPA calls do not read the running output, so the whole merge chain (the "
+             "float32 casts, every step's sigmoid/subtract/multiply and results()' cast back) is one pointwise "
+             "kernel after the last step that reads each step's 16-bit block output once; the float32 running "
+             "output never reaches memory (the log-sum-exp chain, 1/head_dim of the elements, is left out). The "
+             "last rank's pattern (cp 4: 10, cp 8: 18 bytes per element with the write); the first rank's "
+             "partial updates also stored a float32 intermediate every few steps in the same code (cp 8: about "
+             "27), not counted",
+             "torch ring attention compiled (torchtitan-compile): forward merge, bytes read per output element "
+             "and ring step"),
+    Constant("cp.compiled_merge_write_bytes_per_output_element", 2, "bytes/element",
+             _CP_COMPILED + ": the fused merge writes the merged output once, in the input dtype (16 bits)",
+             "torch ring attention compiled: forward merge, bytes written per output element, once per layer call"),
+    Constant("cp.compiled_grad_kv_bytes_per_element", 10, "bytes/element",
+             _CP_COMPILED + ": per ring step after the first, one kernel reads the float32 dK/dV received (4) and "
+             "the step's 16-bit dK/dV (2, whole chunk on the first rank, i > rank; half on the last) and writes "
+             "the float32 send buffer of the next permute (4): _partial_update's add and both torch.cat fused, "
+             "the busiest rank (the first) counted as the steps wait for each other's exchange",
+             "torch ring attention compiled backward: dK/dV accumulation and send buffer, per K/V element and "
+             "ring step after the first"),
+    Constant("cp.compiled_grad_kv_first_bytes_per_element", 6, "bytes/element",
+             _CP_COMPILED + ": the first step's zeros_like + dK/dV is folded into the send buffer's write: read 2, "
+             "write 4",
+             "torch ring attention compiled backward: the first step's dK/dV send buffer, per K/V element"),
+    Constant("cp.compiled_grad_q_read_bytes_per_element", 2, "bytes/element",
+             _CP_COMPILED + ": the dQ accumulation (grad_query += grad_query_, fp32) feeds nothing until the "
+             "final cast, so every step's add is one kernel after the loop reading each step's 16-bit dQ once "
+             "and writing the 16-bit result (cp.compiled_merge_write_bytes_per_output_element)",
+             "torch ring attention compiled backward: dQ, bytes read per query element and ring step"),
+    Constant("cp.compiled_grad_kv_final_bytes_per_element", 6, "bytes/element",
+             _CP_COMPILED + ": the last dK/dV received cast to the input dtype (dkv_rotater.next_buffer().to: "
+             "read 4, write 2), a kernel of its own",
+             "torch ring attention compiled backward: the final dK/dV cast, per K/V element"),
+    Constant("cp.compiled_forward_kernels_per_step", 1, "kernels",
+             _CP_COMPILED + ": the log-sum-exp merge of a step (the first rank's partial updates) as its own "
+             "small kernel; the send-buffer torch.cat of steps after the first is dead code in the graph (the "
+             "allgather rotater uses only the first), so one concatenation per forward",
+             "torch ring attention compiled: forward kernels per ring step"),
     Constant("cp.torch_grad_exchange_bytes_per_element", 4, "bytes/element",
              "_templated_ring_attention_backward: the dK/dV sent to the next rank every ring step are the "
              "float32 accumulators (accum_dtype float32; dkv_rotater = _RotateMethod.ALL_TO_ALL, "

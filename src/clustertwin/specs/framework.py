@@ -111,6 +111,10 @@ class FrameworkProfile:
     # 2024 (K/V all-gathered once, repeated K/V heads, one SDPA call per ring step, fp32 output merges and
     # fp32 dQ/dK/dV accumulation passed around the ring: transformer.py _torch_ring_ops)
     cp_ring: str = ""
+    # the torch ring's merges and gradient accumulation compiled with the block (torchtitan-compile:
+    # torch.compile(block, fullgraph=True) traces the ring into the graph and Inductor fuses its pointwise
+    # ops; constants cp.compiled_*) rather than run as eager kernels (torchtitan-eager)
+    cp_ring_compiled: bool = False
     # attention through torch.nn.functional.scaled_dot_product_attention, whose flash backend is PyTorch's
     # own build of FlashAttention-2 (aten/src/ATen/native/transformers/cuda/flash_attn), measured slower on
     # Hopper than Dao-AILab's build the attention_fa2 efficiencies come from (constants
@@ -297,7 +301,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   (--experimental.context_parallel_rotate_method default "allgather", config_manager.py), SDPA
     #   limited to flash / memory-efficient (utils.py get_train_context: sdpa_kernel([FLASH_ATTENTION,
     #   EFFICIENT_ATTENTION])) so flash (FlashAttention-2) runs, K/V heads repeated before SDPA (model.py
-    #   repeat_kv): cp_ring="torch"
+    #   repeat_kv): cp_ring="torch"; compiled, torch.compile(block, fullgraph=True) (parallelize_llama.py
+    #   apply_compile) traces the ring into the block's graph, so Inductor fuses its merges: cp_ring_compiled
     # - optimizer: torch.optim.AdamW(foreach = not fused; --optimizer.fused off, optimizer.py) and
     #   clip_grad_norm_ (max_norm 1.0 in the train configs): optimizer_impl="torch_foreach"
     # - FSDP2 (fully_shard) all-gather copy-out and reduce-scatter copy-in on the compute stream: fsdp2_copies
@@ -316,7 +321,8 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
                      kernel_gap_s=_GAP_TITAN, master_in_optimizer=False,
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
-                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", attention_sdpa=True,
+                     loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", cp_ring_compiled=True,
+                     attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     # HAI-LLM, DeepSeek's in-house framework, as the DeepSeek-V3 Technical Report (arXiv 2412.19437)

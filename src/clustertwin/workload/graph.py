@@ -134,7 +134,7 @@ def layer_context(model: ModelSpec, plan: Plan, seq_len: int, fw: FrameworkProfi
         moe_node_dedup=_node_dedup(model, plan), etp=etp if model.is_moe else 1,
         moe_dispatcher=(getattr(plan, "moe_dispatcher", None) or "alltoall") if model.is_moe else "alltoall",
         moe_pad_capacity=_pad_capacity(model, plan),
-        sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring,
+        sp_keeps_gathered=fw.sp_saves_gathered_input, cp_ring=fw.cp_ring, cp_ring_compiled=fw.cp_ring_compiled,
         fp8_recipe=getattr(plan, "fp8_recipe", None) or "delayed",
     )
 

@@ -35,6 +35,14 @@ _CP_ACC_Q, _CP_ACC_KV, _CP_BWD_ONCE = (value("cp.torch_grad_accum_q_bytes_per_el
 _CP_GRAD_XCHG = value("cp.torch_grad_exchange_bytes_per_element")
 _CP_FWD_KV_CAT = value("cp.torch_forward_kv_concat_bytes_per_element")
 _CP_MERGE_KERNELS = int(value("cp.torch_merge_kernels_per_step"))
+# the same ring traced into a compiled block (torchtitan-compile): what Inductor's fused kernels move
+_CPC_MERGE_READ, _CPC_WRITE = (value("cp.compiled_merge_read_bytes_per_output_element"),
+                               value("cp.compiled_merge_write_bytes_per_output_element"))
+_CPC_GRAD_KV, _CPC_GRAD_KV_FIRST, _CPC_GRAD_KV_FINAL = (value("cp.compiled_grad_kv_bytes_per_element"),
+                                                        value("cp.compiled_grad_kv_first_bytes_per_element"),
+                                                        value("cp.compiled_grad_kv_final_bytes_per_element"))
+_CPC_GRAD_Q = value("cp.compiled_grad_q_read_bytes_per_element")
+_CPC_FWD_KERNELS = int(value("cp.compiled_forward_kernels_per_step"))
 _CP_ACC_KERNELS = int(value("cp.torch_grad_accum_kernels_per_step"))
 _ROUTER_KERNELS_FWD = value("moe.router_kernels_forward")   # router, aux loss and dispatcher preprocess
 _ROUTER_KERNELS_BWD = value("moe.router_kernels_backward")
@@ -87,6 +95,7 @@ class LayerContext:
     loss: str = "fused"     # fused | vocab_parallel (Megatron's, fp32) | eager (F.cross_entropy on fp32 logits)
     sp_keeps_gathered: bool = False  # with SP, the column-parallel GEMMs save their all-gathered input (DTensor)
     cp_ring: str = ""       # "" (Megatron / Transformer Engine ring) | "torch" (torch's experimental ring, _torch_ring_ops)
+    cp_ring_compiled: bool = False  # the torch ring traced into the compiled block (Inductor-fused merges)
     fp8_recipe: str = "delayed"  # delayed | current | mxfp8 | blockwise: what one FP8 input quantize runs
 
     @property
@@ -343,6 +352,8 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
       K/V concatenated into a send buffer every step but the last (``cp.torch_forward_kv_concat_*``).
     * backward: float32 zeros for dQ/dK/dV, per step dQ and dK/dV accumulated in float32, the chunks
       concatenated, the send buffers built (``cp.torch_grad_*``), the final casts.
+    * compiled (``cp_ring_compiled``, torchtitan-compile): the ring is traced into the block's graph and
+      those passes are Inductor's fused kernels instead (_compiled_ring_passes, ``cp.compiled_*``).
     """
     steps = c.cp
     kv_elems = c.tokens * c.heads * (c.qk_head_dim + c.v_head_dim)     # K and V, heads repeated
@@ -354,15 +365,36 @@ def _torch_ring_ops(c: LayerContext, layer: str) -> tuple[list[Op], list[Op]]:
            elementwise("attn.cp_merge", out_elems * (_CP_FWD_ONCE + _CP_MERGE * (steps - 1))
                        + kv_elems * (_CP_KV_CONTIG + _CP_FWD_KV_CAT * (steps - 1)), FWD, layer,
                        kernels=2 + (_CP_MERGE_KERNELS + 1) * (steps - 1))]
+    bwd_passes = elementwise("attn.cp_grad_accum", (q_elems * _CP_ACC_Q + kv_elems * _CP_ACC_KV) * steps
+                             + (q_elems + kv_elems) * _CP_BWD_ONCE + kv_elems * _CP_KV_CONTIG, BWD, layer,
+                             kernels=4 + _CP_ACC_KERNELS * steps)
+    if c.cp_ring_compiled:
+        fwd[1], bwd_passes = _compiled_ring_passes(c, layer, steps, q_elems, kv_elems, out_elems)
     bwd = [collective("attn.cp_allgather.bwd", "all_gather", "cp", kv_bytes * c.cp, BWD, overlappable=True,
                       layer=layer),
            collective("attn.cp_grad_exchange", "send_recv", "cp", kv_elems * _CP_GRAD_XCHG * (steps - 1), BWD,
                       overlappable=True, layer=layer),
            # the last step's dK/dV, waited for after the loop (dkv_rotater.next_buffer()): nothing left to hide it
            collective(LAST_STEP_CP, "send_recv", "cp", kv_elems * _CP_GRAD_XCHG, BWD, overlappable=True, layer=layer),
-           elementwise("attn.cp_grad_accum", (q_elems * _CP_ACC_Q + kv_elems * _CP_ACC_KV) * steps
-                       + (q_elems + kv_elems) * _CP_BWD_ONCE + kv_elems * _CP_KV_CONTIG, BWD, layer,
-                       kernels=4 + _CP_ACC_KERNELS * steps)]
+           bwd_passes]
+    return fwd, bwd
+
+
+def _compiled_ring_passes(c: LayerContext, layer: str, steps: int, q_elems: Any, kv_elems: Any,
+                          out_elems: Any) -> tuple[Op, Op]:
+    """The ring's memory passes when torch.compile traces it into the block (torchtitan-compile,
+    constants cp.compiled_*): Inductor fuses the forward merge of every step into one kernel after the
+    last SDPA call (each step's 16-bit block output read once, the merged output written once), keeps one
+    send-buffer concatenation (the later ones feed nothing with the allgather rotater), and in backward
+    writes each step's float32 dK/dV send buffer in one kernel, sums the steps' dQ in one kernel after the
+    loop and casts the last dK/dV back. The K/V contiguous copies stay (the flash kernel's inputs)."""
+    fwd = elementwise("attn.cp_merge", out_elems * (_CPC_MERGE_READ * steps + _CPC_WRITE)
+                      + kv_elems * (_CP_KV_CONTIG + _CP_FWD_KV_CAT), FWD, layer,
+                      kernels=2 + _CPC_FWD_KERNELS * (steps - 1))     # send-buffer cat, fused merge, lse steps
+    bwd = elementwise("attn.cp_grad_accum", q_elems * (_CPC_GRAD_Q * steps + _CPC_WRITE)
+                      + kv_elems * (_CPC_GRAD_KV_FIRST + _CPC_GRAD_KV * (steps - 1) + _CPC_GRAD_KV_FINAL
+                                    + _CP_KV_CONTIG + _CP_FWD_KV_CAT), BWD, layer,
+                      kernels=3 + steps)     # one per step, the send-buffer cat, the dQ sum, the dK/dV cast
     return fwd, bwd
 
 
