@@ -202,3 +202,68 @@ def test_te_fp8_saved_inputs_are_a_transformer_engine_stack_property() -> None:
     assert get_framework("megatron").te_fp8_saved_inputs and get_framework("nemo").te_fp8_saved_inputs
     assert not get_framework("torchtitan").te_fp8_saved_inputs
     assert not get_framework("hai-llm").te_fp8_saved_inputs   # its own FP8 caches (norm_up)
+
+
+# ---- the recipe fields' consequences beyond the memory they set (review fixes) -------------------------
+def _dsv3(plan: str):
+    import clustertwin as ct
+    return ct.predict("deepseek-v3", gpu="h100", num_gpus=256, plan="tp=1,pp=16,dp=16,ep=16," + plan,
+                      micro_batch=1, global_batch=512, seq_len=4096)
+
+
+def test_a_stage_of_moe_layers_never_holds_a_dense_layer_being_recomputed() -> None:
+    """DeepSeek-V3 on 16 stages: the critical stage holds MoE layers only, so recomputing the dense MLP
+    (recompute_modules=mlp) leaves its activations as they are; it was charged the dense layer's recompute
+    transient (348.1 MB) before."""
+    none = _dsv3("precision=fp8")
+    mlp = _dsv3("precision=fp8,recompute=selective,recompute_modules=mlp")
+    assert none.memory.critical_stage == mlp.memory.critical_stage == 1
+    assert mlp.memory.breakdown_bytes["activations"] == none.memory.breakdown_bytes["activations"]
+    # the first stage (3 dense layers) still frees the dense MLP's tensors
+    first_none, first_mlp = none.memory.stages_bytes()[0], mlp.memory.stages_bytes()[0]
+    assert first_mlp["activations"] < first_none["activations"]
+
+
+@pytest.mark.parametrize("model,plan,num_gpus", [
+    ("deepseek-v3", "tp=1,pp=16,dp=16,ep=16,precision=fp8", 256),
+    ("deepseek-v3", "tp=1,pp=16,dp=16,ep=16", 256),
+    ("qwen3-30b-a3b", "tp=1,pp=2,dp=4,ep=4", 8),
+    ("llama3-8b", "tp=2,pp=2,dp=2,sp=1,precision=fp8", 8),
+    ("llama3-8b", "tp=2,pp=2,dp=2,sp=1", 8),
+])
+def test_recomputing_another_module_never_raises_peak_memory(model: str, plan: str, num_gpus: int) -> None:
+    import clustertwin as ct
+    moe = model != "llama3-8b"
+    chains = ([("core_attn",), ("core_attn", "moe_act"), ("core_attn", "moe_act", "layernorm"),
+               ("core_attn", "moe_act", "layernorm", "mlp"), ("mlp",), ("moe_act", "shared_experts"), ("moe",)]
+              if moe else [("core_attn",), ("core_attn", "layernorm"), ("core_attn", "layernorm", "mlp"), ("mlp",)])
+    if model == "deepseek-v3":
+        chains.append(("core_attn", "mla_up_proj"))
+
+    def peak(mods: tuple[str, ...]) -> list[float]:
+        rc = ",recompute=selective,recompute_modules=" + "+".join(mods) if mods else ""
+        p = ct.predict(model, gpu="h100", num_gpus=num_gpus, plan=plan + rc, micro_batch=1, global_batch=64,
+                       seq_len=4096)
+        return [sum(s.values()) for s in p.memory.stages_bytes()]
+
+    seen = {(): peak(())}
+    for chain in chains:
+        for i in range(1, len(chain) + 1):
+            mods = tuple(chain[:i])
+            if mods not in seen:
+                seen[mods] = peak(mods)
+            fewer = seen[tuple(chain[:i - 1])]
+            assert all(m <= f for m, f in zip(seen[mods], fewer)), (mods, chain[:i - 1])
+
+
+def test_te_fp8_recomputed_core_attention_drops_its_16_bit_output_and_lse() -> None:
+    """Under Transformer Engine FP8 the output projection keeps only its FP8 input, so the attention's 16-bit
+    output and fp32 log-sum-exp are kept by the core attention alone: recomputing it frees them."""
+    c = _moe_ctx(mla=(), heads=32, kv_heads=8, qk_head_dim=128, hidden=4096, ffn=14336, fp8_recipe="current")
+    T = c.tokens
+    none = layer_activation_bytes(c, False, "none", te_fp8=True)
+    core = layer_activation_bytes(c, False, "modules:core_attn", te_fp8=True)
+    assert none - core == pytest.approx(T * 32 * 128 * 2 + T * 32 * 4)
+    assert layer_activation_bytes(c, False, "selective", te_fp8=True) == core
+    # 16-bit GEMMs: the projection's own input is that output, so nothing more is freed than before
+    assert layer_activation_bytes(c, False, "modules:core_attn") == layer_activation_bytes(c, False, "none")

@@ -747,7 +747,9 @@ class _Layout:
                 per_extra: list[dict] = []
                 for k, cls in enumerate(self.classes):
                     moe = cls.n_moe > 0
-                    full_layer = maximum(trans_d, trans_m) if moe else trans_d
+                    # the largest layer kind the stage holds: a stage of MoE layers alone never recomputes
+                    # a dense layer (and a stage holding the embedding or head alone, no layer)
+                    full_layer = maximum(trans_d if cls.n_dense > 0 else 0.0, trans_m if moe else 0.0)
                     mem = stage_memory(
                         pr.fw, plans.precision, z, pp=self.pp, vpp=self.vpp, microbatches=m_m,
                         dense=val(self.dense[k][sr]),
