@@ -267,3 +267,38 @@ def test_te_fp8_recomputed_core_attention_drops_its_16_bit_output_and_lse() -> N
     assert layer_activation_bytes(c, False, "selective", te_fp8=True) == core
     # 16-bit GEMMs: the projection's own input is that output, so nothing more is freed than before
     assert layer_activation_bytes(c, False, "modules:core_attn") == layer_activation_bytes(c, False, "none")
+
+
+def test_adam_without_master_keeps_its_moments_in_the_parameters_dtype() -> None:
+    """master_weights=0 alone: torch.optim.Adam's moments are zeros_like(param), bf16: 2 + 2 bytes/param."""
+    base = get_framework("megatron")
+    shard = 1e9 / 16 + 4e9 / 2
+    fw = for_plan(base, parse_plan("master_weights=0"))
+    assert fw.adam_moments_bf16
+    assert stage_memory(fw, "bf16", 1, **_KW)["optimizer"] == pytest.approx(4 * shard)
+    fw32 = for_plan(base, parse_plan("master_weights=0,adam_moments_dtype=fp32"))
+    assert stage_memory(fw32, "bf16", 1, **_KW)["optimizer"] == pytest.approx(8 * shard)
+
+
+def test_the_optimizer_step_moves_the_states_the_memory_model_stores() -> None:
+    """Fused Adam per parameter: fp32 gradient read (4), each stored state read and written, the 16-bit
+    weights written (or, with no master copy, read and written)."""
+    from clustertwin.schedule.memory import adam_step_bytes
+    base = get_framework("megatron")
+
+    def step(plan: str) -> float:
+        return adam_step_bytes(for_plan(base, parse_plan(plan)), "bf16", 2)
+    assert step("tp=1") == 4 + 2 * 12 + 2                                     # fp32 master, m, v
+    assert step("adam_moments_dtype=bf16") == 4 + 2 * 8 + 2                   # fp32 master, bf16 m, v
+    assert step("master_weights=0") == 4 + 2 * 4 + 2 * 2                      # bf16 m, v; bf16 weights in place
+    assert step("master_weights_dtype=bf16,adam_moments_dtype=bf16") == 4 + 2 * 6 + 2
+    # the graph's optimizer op and predict's optimizer time follow
+    import clustertwin as ct
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq_len=2048, global_batch=16, micro_batch=1, framework="megatron")
+    times, nbytes = [], []
+    for extra in ("", ",adam_moments_dtype=bf16", ",master_weights=0"):
+        p = ct.predict("llama3-8b", plan="tp=2,pp=1,dp=4,sp=1" + extra, **kw)
+        times.append(p.breakdown_s["optimizer"])
+        nbytes.append(next(op.bytes for op in p.graph.stages[0].step_ops if op.name == "optimizer.adam"))
+    assert times[0] > times[1] > times[2] > 0
+    assert nbytes[1] < nbytes[0] and nbytes[2] < nbytes[1]

@@ -40,7 +40,7 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_ke
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, mtp_ops, stack_contexts, stack_key
-from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
+from .memory import DUALPIPE, MemoryEstimate, adam_step_bytes, in_flight, layer_activation_bytes, stage_memory
 from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
                    compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, pass_walls, runs_dualpipe,
                    step_bucket, tp_overlap_chunks)
@@ -1045,7 +1045,8 @@ class _Layout:
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
                                             take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb,
-                                            foreach=pr.fw.optimizer_impl == "torch_foreach")
+                                            foreach=pr.fw.optimizer_impl == "torch_foreach",
+                                            step_bytes=adam_step_bytes(pr.fw, plans.precision, pb))
                 step_copies, mb_copies = self._fsdp2_copies(k, z, take, pb, gb)
                 if mb_copies is not None:      # per micro-batch, on the compute stream
                     fsdp_copy[k][sel] = _rows_of(mb_copies[0], inv)

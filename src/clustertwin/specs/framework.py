@@ -516,6 +516,10 @@ def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     master = getattr(plan, "master_weights", None)
     if master is not None and master != fw.master_weights:
         update["master_weights"] = bool(master)
+    if master is not None and not master and moments is None and not fw.adam_moments_bf16:
+        # without a master copy the optimizer steps the bf16 parameters and keeps its moments in their
+        # dtype (torch.optim.Adam _init_group: exp_avg = torch.zeros_like(p, memory_format=torch.preserve_format))
+        update["adam_moments_bf16"] = True
     master_dtype = getattr(plan, "master_weights_dtype", None)
     if master_dtype is not None and (master_dtype == "bf16") != fw.master_weights_bf16:
         update["master_weights_bf16"] = master_dtype == "bf16"

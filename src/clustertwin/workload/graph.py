@@ -17,12 +17,14 @@ from .ops import Op, OpKind, Phase
 from .moe import load_factor
 from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, mtp_ops, op_sac_recompute
 from ..constants import value
+from ..schedule.optimizer_state import adam_step_bytes
 
 # torch's own memory passes as torchtitan runs them (constants fsdp2.*, optimizer.torch_*)
 _FOREACH_ADAMW_BYTES = value("optimizer.torch_foreach_adamw_bytes_per_param")
 _CLIP_BYTES = value("optimizer.torch_clip_grad_norm_bytes_per_param")
 _COPY_OUT_BYTES = value("fsdp2.copy_out_bytes_per_element")
 _COPY_IN_READ_BYTES = value("fsdp2.reduce_copy_in_read_bytes_per_element")
+_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")
 
 
 @dataclass(frozen=True)
@@ -412,7 +414,8 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
             for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step, root):
                 (per_mb if per_microbatch else step).append(op)
     shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb,
-                                          foreach=fw.optimizer_impl == "torch_foreach")
+                                          foreach=fw.optimizer_impl == "torch_foreach",
+                                          step_bytes=adam_step_bytes(fw, plan.precision, pb))
     step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
     return tuple(step), tuple(per_mb)
 
@@ -493,14 +496,17 @@ def dp_collectives(zero_stage: int, per_step: bool = False) -> tuple[tuple[str, 
 
 
 def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: int,
-                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4, foreach: bool = False):
+                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4, foreach: bool = False,
+                      step_bytes: float | None = None):
     """(parameters in this rank's optimizer shard, bytes the optimizer step moves): Adam over the shard
     (fp32 master, m, v; read grad; write 16-bit weights), plus the gradient-norm pass for clipping and
     zeroing the gradient buffer, plus the framework's passes over the gradient buffer before its
     reduction (``grad_checks``, FrameworkProfile.grad_buffer_checks: a NaN-check norm reads it, the
     1/dp scaling reads and writes it where dp > 1; ``grad_bytes`` per element). Floats, or arrays of
     many ranks. ``foreach``: torch's foreach AdamW over fp32 weights (one pass per foreach op) and
-    clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam."""
+    clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam. ``step_bytes``: what the fused
+    Adam moves per parameter of the shard, from the optimizer's storage
+    (schedule.optimizer_state.adam_step_bytes; None: fp32 master and moments)."""
     shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
     shard_expert = expert / (edp if zero_stage >= 1 else 1)
     shard = shard_dense + shard_expert
@@ -508,7 +514,9 @@ def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: i
         adam_bytes = shard * (_FOREACH_ADAMW_BYTES + _CLIP_BYTES)
     else:
         grad_buffer = (dense + expert) if zero_stage < 2 else shard
-        adam_bytes = shard * (4 + 8 + 8 + 8 + param_bytes) + shard * 4 + grad_buffer * 4
+        if step_bytes is None:
+            step_bytes = 4 + 2 * _ADAM_WITH_MASTER + param_bytes
+        adam_bytes = shard * step_bytes + shard * 4 + grad_buffer * 4
     if zero_stage < 3:
         if "nan_check" in grad_checks:
             adam_bytes = adam_bytes + (dense + expert) * grad_bytes
