@@ -36,6 +36,7 @@ from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import for_plan, get_framework
 from ..specs.plan import Plan, ep_overlap_layout
 from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_keeps_root, fsdp_units, layer_context, optimizer_traffic,
+                              param_gather_bytes,
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
@@ -1025,6 +1026,9 @@ class _Layout:
                             z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
                         per_elem = gb if elem == "grad" else pb
                         nbytes = nparams * per_elem
+                        if name == "dp.param_all_gather":
+                            # the root unit's parameters: the embedding and output layer (none in the expert group)
+                            nbytes = param_gather_bytes(nparams, root_params, pb, plans.precision, pr.fw)
                         t_root: Any = 0.0
                         if z >= 3:   # one collective per unit: the root's, and each layer's
                             if not isinstance(root_params, float) or root_params > 0:

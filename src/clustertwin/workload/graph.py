@@ -25,6 +25,18 @@ _CLIP_BYTES = value("optimizer.torch_clip_grad_norm_bytes_per_param")
 _COPY_OUT_BYTES = value("fsdp2.copy_out_bytes_per_element")
 _COPY_IN_READ_BYTES = value("fsdp2.reduce_copy_in_read_bytes_per_element")
 _ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")
+_FP8_GATHER = value("memory.fp8_param_gather_bytes_per_param")
+
+
+def param_gather_bytes(params, embedding, param_bytes: float, precision: str, fw: FrameworkProfile):
+    """Bytes the ZeRO-1/2 parameter all-gather moves for ``params`` parameters, of them ``embedding`` of the
+    embedding and output layer: 16-bit (``param_bytes``) each, or, under Megatron-Core fp8_param_gather (FP8
+    plans with fp8_params), the GEMM weights in FP8 (memory.fp8_param_gather_bytes_per_param) beside the
+    16-bit embedding and output layer. Floats or arrays; the norms' few weights are counted with the GEMM
+    weights, as the memory model does (stage_memory)."""
+    if precision == "fp8" and fw.fp8_params:
+        return (params - embedding) * _FP8_GATHER + embedding * param_bytes
+    return params * param_bytes
 
 
 @dataclass(frozen=True)
@@ -408,6 +420,9 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
             if held <= 0:
                 continue
             nbytes = held * (gb if elem == "grad" else pb)
+            if name == "dp.param_all_gather":
+                emb = params.embedding if group == "dp_cp" else 0.0
+                nbytes = param_gather_bytes(held, emb, pb, plan.precision, fw)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
         if plan.zero_stage >= 3 and fw.fsdp2_copies:
