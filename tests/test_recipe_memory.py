@@ -283,7 +283,7 @@ def test_adam_without_master_keeps_its_moments_in_the_parameters_dtype() -> None
 def test_the_optimizer_step_moves_the_states_the_memory_model_stores() -> None:
     """Fused Adam per parameter: fp32 gradient read (4), each stored state read and written, the 16-bit
     weights written (or, with no master copy, read and written)."""
-    from clustertwin.schedule.memory import adam_step_bytes
+    from clustertwin.specs.framework import adam_step_bytes
     base = get_framework("megatron")
 
     def step(plan: str) -> float:

@@ -33,7 +33,7 @@ from ..parallel.layout import GroupPlacement, expert_dp_size, group_placements, 
 from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible,
                               tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
-from ..specs.framework import for_plan, get_framework
+from ..specs.framework import adam_step_bytes, for_plan, get_framework
 from ..specs.plan import Plan, ep_overlap_layout
 from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_keeps_root, fsdp_units, layer_context, optimizer_traffic,
                               param_gather_bytes,
@@ -41,7 +41,7 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_ke
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, mtp_ops, stack_contexts, stack_key
-from .memory import DUALPIPE, MemoryEstimate, adam_step_bytes, in_flight, layer_activation_bytes, stage_memory
+from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
 from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
                    compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, pass_walls, runs_dualpipe,
                    step_bucket, tp_overlap_chunks)

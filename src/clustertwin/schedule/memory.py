@@ -15,11 +15,11 @@ from typing import Callable
 
 from ..arith import maximum, minimum, where
 from ..constants import value
-from ..specs.framework import FrameworkProfile
+from ..specs.framework import FrameworkProfile, optimizer_storage_bytes
 from .groups import microbatch_groups
-from .optimizer_state import _ADAM_WITH_MASTER, adam_step_bytes, optimizer_storage_bytes  # noqa: F401  (re-exported)
 from ..workload.transformer import LayerContext
 
+_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")  # fp32 master, m, v (optimizer_storage_bytes)
 _FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
 _FP8_PARAM = value("memory.fp8_param_bytes_per_param")     # an FP8 weight with its transpose / columnwise copy
 _FP8_CACHE = value("memory.fp8_cache_bytes_per_element")    # an FP8 activation with its 1x128 tile scales

@@ -10,14 +10,13 @@ from ..arith import where
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
 from ..specs import TrainingJob
-from ..specs.framework import FrameworkProfile, for_plan, get_framework, pipeline_schedule
+from ..specs.framework import FrameworkProfile, adam_step_bytes, for_plan, get_framework, pipeline_schedule
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
 from .moe import load_factor
 from .transformer import LayerContext, collective, embedding_ops, head_ops, layer_ops, mtp_ops, op_sac_recompute
 from ..constants import value
-from ..schedule.optimizer_state import adam_step_bytes
 
 # torch's own memory passes as torchtitan runs them (constants fsdp2.*, optimizer.torch_*)
 _FOREACH_ADAMW_BYTES = value("optimizer.torch_foreach_adamw_bytes_per_param")
@@ -521,7 +520,7 @@ def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: i
     many ranks. ``foreach``: torch's foreach AdamW over fp32 weights (one pass per foreach op) and
     clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam. ``step_bytes``: what the fused
     Adam moves per parameter of the shard, from the optimizer's storage
-    (schedule.optimizer_state.adam_step_bytes; None: fp32 master and moments)."""
+    (specs.framework.adam_step_bytes; None: fp32 master and moments)."""
     shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
     shard_expert = expert / (edp if zero_stage >= 1 else 1)
     shard = shard_dense + shard_expert
