@@ -202,3 +202,121 @@ def test_te_fp8_saved_inputs_are_a_transformer_engine_stack_property() -> None:
     assert get_framework("megatron").te_fp8_saved_inputs and get_framework("nemo").te_fp8_saved_inputs
     assert not get_framework("torchtitan").te_fp8_saved_inputs
     assert not get_framework("hai-llm").te_fp8_saved_inputs   # its own FP8 caches (norm_up)
+
+
+# ---- the recipe fields' consequences beyond the memory they set (review fixes) -------------------------
+def _dsv3(plan: str):
+    import clustertwin as ct
+    return ct.predict("deepseek-v3", gpu="h100", num_gpus=256, plan="tp=1,pp=16,dp=16,ep=16," + plan,
+                      micro_batch=1, global_batch=512, seq_len=4096)
+
+
+def test_a_stage_of_moe_layers_never_holds_a_dense_layer_being_recomputed() -> None:
+    """DeepSeek-V3 on 16 stages: the critical stage holds MoE layers only, so recomputing the dense MLP
+    (recompute_modules=mlp) leaves its activations as they are; it was charged the dense layer's recompute
+    transient (348.1 MB) before."""
+    none = _dsv3("precision=fp8")
+    mlp = _dsv3("precision=fp8,recompute=selective,recompute_modules=mlp")
+    assert none.memory.critical_stage == mlp.memory.critical_stage == 1
+    assert mlp.memory.breakdown_bytes["activations"] == none.memory.breakdown_bytes["activations"]
+    # the first stage (3 dense layers) still frees the dense MLP's tensors
+    first_none, first_mlp = none.memory.stages_bytes()[0], mlp.memory.stages_bytes()[0]
+    assert first_mlp["activations"] < first_none["activations"]
+
+
+@pytest.mark.parametrize("model,plan,num_gpus", [
+    ("deepseek-v3", "tp=1,pp=16,dp=16,ep=16,precision=fp8", 256),
+    ("deepseek-v3", "tp=1,pp=16,dp=16,ep=16", 256),
+    ("qwen3-30b-a3b", "tp=1,pp=2,dp=4,ep=4", 8),
+    ("llama3-8b", "tp=2,pp=2,dp=2,sp=1,precision=fp8", 8),
+    ("llama3-8b", "tp=2,pp=2,dp=2,sp=1", 8),
+])
+def test_recomputing_another_module_never_raises_peak_memory(model: str, plan: str, num_gpus: int) -> None:
+    import clustertwin as ct
+    moe = model != "llama3-8b"
+    chains = ([("core_attn",), ("core_attn", "moe_act"), ("core_attn", "moe_act", "layernorm"),
+               ("core_attn", "moe_act", "layernorm", "mlp"), ("mlp",), ("moe_act", "shared_experts"), ("moe",)]
+              if moe else [("core_attn",), ("core_attn", "layernorm"), ("core_attn", "layernorm", "mlp"), ("mlp",)])
+    if model == "deepseek-v3":
+        chains.append(("core_attn", "mla_up_proj"))
+
+    def peak(mods: tuple[str, ...]) -> list[float]:
+        rc = ",recompute=selective,recompute_modules=" + "+".join(mods) if mods else ""
+        p = ct.predict(model, gpu="h100", num_gpus=num_gpus, plan=plan + rc, micro_batch=1, global_batch=64,
+                       seq_len=4096)
+        return [sum(s.values()) for s in p.memory.stages_bytes()]
+
+    seen = {(): peak(())}
+    for chain in chains:
+        for i in range(1, len(chain) + 1):
+            mods = tuple(chain[:i])
+            if mods not in seen:
+                seen[mods] = peak(mods)
+            fewer = seen[tuple(chain[:i - 1])]
+            assert all(m <= f for m, f in zip(seen[mods], fewer)), (mods, chain[:i - 1])
+
+
+def test_te_fp8_recomputed_core_attention_drops_its_16_bit_output_and_lse() -> None:
+    """Under Transformer Engine FP8 the output projection keeps only its FP8 input, so the attention's 16-bit
+    output and fp32 log-sum-exp are kept by the core attention alone: recomputing it frees them."""
+    c = _moe_ctx(mla=(), heads=32, kv_heads=8, qk_head_dim=128, hidden=4096, ffn=14336, fp8_recipe="current")
+    T = c.tokens
+    none = layer_activation_bytes(c, False, "none", te_fp8=True)
+    core = layer_activation_bytes(c, False, "modules:core_attn", te_fp8=True)
+    assert none - core == pytest.approx(T * 32 * 128 * 2 + T * 32 * 4)
+    assert layer_activation_bytes(c, False, "selective", te_fp8=True) == core
+    # 16-bit GEMMs: the projection's own input is that output, so nothing more is freed than before
+    assert layer_activation_bytes(c, False, "modules:core_attn") == layer_activation_bytes(c, False, "none")
+
+
+def test_adam_without_master_keeps_its_moments_in_the_parameters_dtype() -> None:
+    """master_weights=0 alone: torch.optim.Adam's moments are zeros_like(param), bf16: 2 + 2 bytes/param."""
+    base = get_framework("megatron")
+    shard = 1e9 / 16 + 4e9 / 2
+    fw = for_plan(base, parse_plan("master_weights=0"))
+    assert fw.adam_moments_bf16
+    assert stage_memory(fw, "bf16", 1, **_KW)["optimizer"] == pytest.approx(4 * shard)
+    fw32 = for_plan(base, parse_plan("master_weights=0,adam_moments_dtype=fp32"))
+    assert stage_memory(fw32, "bf16", 1, **_KW)["optimizer"] == pytest.approx(8 * shard)
+
+
+def test_the_optimizer_step_moves_the_states_the_memory_model_stores() -> None:
+    """Fused Adam per parameter: fp32 gradient read (4), each stored state read and written, the 16-bit
+    weights written (or, with no master copy, read and written)."""
+    from clustertwin.specs.framework import adam_step_bytes
+    base = get_framework("megatron")
+
+    def step(plan: str) -> float:
+        return adam_step_bytes(for_plan(base, parse_plan(plan)), "bf16", 2)
+    assert step("tp=1") == 4 + 2 * 12 + 2                                     # fp32 master, m, v
+    assert step("adam_moments_dtype=bf16") == 4 + 2 * 8 + 2                   # fp32 master, bf16 m, v
+    assert step("master_weights=0") == 4 + 2 * 4 + 2 * 2                      # bf16 m, v; bf16 weights in place
+    assert step("master_weights_dtype=bf16,adam_moments_dtype=bf16") == 4 + 2 * 6 + 2
+    # the graph's optimizer op and predict's optimizer time follow
+    import clustertwin as ct
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq_len=2048, global_batch=16, micro_batch=1, framework="megatron")
+    times, nbytes = [], []
+    for extra in ("", ",adam_moments_dtype=bf16", ",master_weights=0"):
+        p = ct.predict("llama3-8b", plan="tp=2,pp=1,dp=4,sp=1" + extra, **kw)
+        times.append(p.breakdown_s["optimizer"])
+        nbytes.append(next(op.bytes for op in p.graph.stages[0].step_ops if op.name == "optimizer.adam"))
+    assert times[0] > times[1] > times[2] > 0
+    assert nbytes[1] < nbytes[0] and nbytes[2] < nbytes[1]
+
+
+def test_fp8_param_gather_all_gathers_the_gemm_weights_in_fp8() -> None:
+    """Megatron-Core fp8_param_gather: the distributed optimizer gathers the GEMM weights in FP8 (1 byte),
+    the embedding and output layer in 16 bits; predict's gather time and the graph's op (sim, trace) agree."""
+    import clustertwin as ct
+    kw = dict(gpu="h100-sxm", num_gpus=16, seq_len=2048, global_batch=32, micro_batch=1, framework="megatron")
+    plain = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=4,sp=1,zero=1,precision=fp8", **kw)
+    fp8 = ct.predict("llama3-8b", plan="tp=2,pp=2,dp=4,sp=1,zero=1,precision=fp8,fp8_params=1", **kw)
+    for s0, s1 in zip(plain.graph.stages, fp8.graph.stages):
+        g0 = next(op for op in s0.step_ops if op.name == "dp.param_all_gather.dp_cp")
+        g1 = next(op for op in s1.step_ops if op.name == "dp.param_all_gather.dp_cp")
+        prm = s0.params
+        assert g0.comm_bytes == pytest.approx(2 * (prm.dense + prm.embedding))
+        assert g1.comm_bytes == pytest.approx(value("memory.fp8_param_gather_bytes_per_param") * prm.dense
+                                              + 2 * prm.embedding)
+    for t0, t1 in zip(plain.step.stages, fp8.step.stages):
+        assert 0 < t1.param_gather_s < t0.param_gather_s

@@ -568,6 +568,13 @@ _MEMORY: list[Constant] = [
              "E8M0 scale per 32 elements), held between forward and backward: 1 + 1 bytes per parameter "
              "(MXFP8's 2/32 bytes of scales left out)",
              "memory: weights of FP8-parameter plans (fp8_params), in place of 16-bit weights and the FP8 cache"),
+    Constant("memory.fp8_param_gather_bytes_per_param", 1, "bytes/parameter",
+             "Megatron-Core fp8_param_gather: the distributed optimizer's parameter all-gather moves the FP8 "
+             "GEMM weights as they are stored, one byte each (param_and_grad_buffer.py core_r0.15: FP8 params "
+             "map into a uint8 buffer, and the bucket's all-gather runs over that buffer); the other layout "
+             "(memory.fp8_param_bytes_per_param) is made locally after the gather, and the embedding, output "
+             "layer and norms, not Transformer Engine FP8 modules, are gathered in 16 bits",
+             "dp time: the ZeRO-1/2 parameter all-gather of the GEMM weights of FP8-parameter plans (fp8_params)"),
     Constant("memory.te_fp8_saved_input_bytes_per_element", 1, "bytes/element",
              "Transformer Engine's FP8 Linear saves for its weight gradient the FP8 input it cast (or that "
              "input's FP8 transpose), not the 16-bit one: transformer_engine/pytorch/module/linear.py "

@@ -33,9 +33,10 @@ from ..parallel.layout import GroupPlacement, expert_dp_size, group_placements, 
 from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at, tp_overlap_possible,
                               tp_overlap_without_sp)
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
-from ..specs.framework import for_plan, get_framework
+from ..specs.framework import adam_step_bytes, for_plan, get_framework
 from ..specs.plan import Plan, ep_overlap_layout
 from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_keeps_root, fsdp_units, layer_context, optimizer_traffic,
+                              param_gather_bytes,
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
@@ -749,7 +750,9 @@ class _Layout:
                 per_extra: list[dict] = []
                 for k, cls in enumerate(self.classes):
                     moe = cls.n_moe > 0
-                    full_layer = maximum(trans_d, trans_m) if moe else trans_d
+                    # the largest layer kind the stage holds: a stage of MoE layers alone never recomputes
+                    # a dense layer (and a stage holding the embedding or head alone, no layer)
+                    full_layer = maximum(trans_d if cls.n_dense > 0 else 0.0, trans_m if moe else 0.0)
                     mem = stage_memory(
                         pr.fw, plans.precision, z, pp=self.pp, vpp=self.vpp, microbatches=m_m,
                         dense=val(self.dense[k][sr]),
@@ -1025,6 +1028,9 @@ class _Layout:
                             z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
                         per_elem = gb if elem == "grad" else pb
                         nbytes = nparams * per_elem
+                        if name == "dp.param_all_gather":
+                            # the root unit's parameters: the embedding and output layer (none in the expert group)
+                            nbytes = param_gather_bytes(nparams, root_params, pb, plans.precision, pr.fw)
                         t_root: Any = 0.0
                         if z >= 3:   # one collective per unit: the root's, and each layer's
                             if not isinstance(root_params, float) or root_params > 0:
@@ -1045,7 +1051,8 @@ class _Layout:
                         acc[bucket] = acc[bucket] + t
                 _, adam = optimizer_traffic(take(self.dense[k]), take(self.expert[k]), take(self.dp_cp),
                                             take(self.edp), z, pb, pr.fw.grad_buffer_checks, gb,
-                                            foreach=pr.fw.optimizer_impl == "torch_foreach")
+                                            foreach=pr.fw.optimizer_impl == "torch_foreach",
+                                            step_bytes=adam_step_bytes(pr.fw, plans.precision, pb))
                 step_copies, mb_copies = self._fsdp2_copies(k, z, take, pb, gb)
                 if mb_copies is not None:      # per micro-batch, on the compute stream
                     fsdp_copy[k][sel] = _rows_of(mb_copies[0], inv)

@@ -15,16 +15,12 @@ from typing import Callable
 
 from ..arith import maximum, minimum, where
 from ..constants import value
-from ..specs.framework import FrameworkProfile
+from ..specs.framework import FrameworkProfile, optimizer_storage_bytes
 from .groups import microbatch_groups
 from ..workload.transformer import LayerContext
 
-_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v
-_ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp32 m, v
+_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")  # fp32 master, m, v (optimizer_storage_bytes)
 _FP8_WEIGHT_CACHE = value("memory.fp8_weight_cache_bytes_per_param")
-_ADAM_BF16_MOMENTS = value("memory.adam_bytes_per_param_bf16_moments")  # fp32 master, bf16 m, v
-_ADAM_BF16_NO_MASTER = value("memory.adam_bytes_per_param_bf16_moments_without_master")  # bf16 m, v
-_BF16_MASTER = value("memory.bf16_master_bytes_per_param")   # a bf16 master copy (apex DistributedFusedAdam)
 _FP8_PARAM = value("memory.fp8_param_bytes_per_param")     # an FP8 weight with its transpose / columnwise copy
 _FP8_CACHE = value("memory.fp8_cache_bytes_per_element")    # an FP8 activation with its 1x128 tile scales
 _TE_FP8_INPUT = value("memory.te_fp8_saved_input_bytes_per_element")
@@ -188,11 +184,16 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
         # output-discarding checkpoint of the q/kv up-projections): q, k and v are not kept
         q_rank, kv_rank, rope = c.mla
         qkv = T * (q_rank + kv_rank + rope) * a
-    total += qkv + T * c.heads * c.v_head_dim * a + rows * h * mask
-    if te_fp8:   # the attention keeps its 16-bit output, the output projection its FP8 copy beside it
+    # the attention's 16-bit output and its log-sum-exp: saved by the core attention for its backward, and
+    # the output projection's input. Under Transformer Engine FP8 the projection keeps only its FP8 copy
+    # (_Linear.forward saves the quantized input), so recomputing the core attention (Megatron's
+    # selective recomputation, recompute_modules=core_attn: checkpointed from q, k, v) drops both
+    core_kept = 0 if te_fp8 and recompute == "selective" else 1
+    total += qkv + T * c.heads * c.v_head_dim * a * core_kept + rows * h * mask
+    if te_fp8:   # the output projection's FP8 copy of the attention output
         total += T * c.heads * c.v_head_dim * lin
     if c.attention_kernel in ("flash", "flash2"):
-        total += T * c.heads * 4  # log-sum-exp, fp32
+        total += T * c.heads * 4 * core_kept  # log-sum-exp, fp32
     elif recompute != "selective":
         scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
         total += scores * (2 * a + 1) if mask else scores * a
@@ -293,21 +294,7 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     def shard(n_dense, n_expert, on: bool):
         return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
 
-    if fw.master_in_optimizer and not fp32 and not fw.master_weights:
-        # the optimizer steps the 16-bit weights themselves, its moments in their dtype (torch.optim.Adam
-        # on bf16 parameters) or in fp32
-        w_bytes, g_bytes = 2, fw.grad_reduce_bytes
-        o_bytes = _ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER
-    elif fw.master_in_optimizer and not fp32 and fw.master_weights_bf16:
-        # the moments in their dtype beside a bf16 master shard (apex DistributedFusedAdam store_params with
-        # dtype=bf16)
-        w_bytes, g_bytes = 2, fw.grad_reduce_bytes
-        o_bytes = (_ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER) + _BF16_MASTER
-    elif fw.master_in_optimizer and not fp32:
-        w_bytes, g_bytes = 2, fw.grad_reduce_bytes
-        o_bytes = _ADAM_BF16_MOMENTS if fw.adam_moments_bf16 else _ADAM_WITH_MASTER
-    else:
-        w_bytes, g_bytes, o_bytes = 4, 4, _ADAM_WITHOUT_MASTER
+    w_bytes, g_bytes, o_bytes = optimizer_storage_bytes(fw, precision)
     fp8_params = precision == "fp8" and fw.fp8_params
     if fp8_params:
         # the GEMM weights in FP8 with their second layout (memory.fp8_param_bytes_per_param); the embedding

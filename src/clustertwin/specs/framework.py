@@ -503,6 +503,50 @@ def equivalent_release(fw: FrameworkProfile) -> FrameworkProfile | None:
     return next((s for s in latest_first if fields(s) == fields(fw)), None)
 
 
+# ---- the optimizer's storage per parameter and what its step moves: one definition for the memory model
+# (schedule.memory.stage_memory) and the optimizer step's time (workload.graph.optimizer_traffic)
+_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")        # fp32 master, m, v
+_ADAM_WITHOUT_MASTER = value("memory.adam_bytes_per_param_without_master")  # fp32 m, v
+_ADAM_BF16_MOMENTS = value("memory.adam_bytes_per_param_bf16_moments")  # fp32 master, bf16 m, v
+_ADAM_BF16_NO_MASTER = value("memory.adam_bytes_per_param_bf16_moments_without_master")  # bf16 m, v
+_BF16_MASTER = value("memory.bf16_master_bytes_per_param")   # a bf16 master copy (apex DistributedFusedAdam)
+
+
+def optimizer_storage_bytes(fw: FrameworkProfile, precision: str) -> tuple[int, int, float]:
+    """(bytes per parameter of the stored weights, of the gradients, of the optimizer's states): the one
+    definition ``stage_memory`` holds and the optimizer step's traffic reads and writes
+    (workload.graph.optimizer_traffic), in one place."""
+    fp32 = precision == "fp32"
+    if fw.master_in_optimizer and not fp32 and not fw.master_weights:
+        # the optimizer steps the 16-bit weights themselves, its moments in their dtype (torch.optim.Adam
+        # on bf16 parameters; for_plan's default without a master copy) or in fp32
+        return 2, fw.grad_reduce_bytes, _ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER
+    if fw.master_in_optimizer and not fp32 and fw.master_weights_bf16:
+        # the moments in their dtype beside a bf16 master shard (apex DistributedFusedAdam store_params with
+        # dtype=bf16)
+        return 2, fw.grad_reduce_bytes, \
+            (_ADAM_BF16_NO_MASTER if fw.adam_moments_bf16 else _ADAM_WITHOUT_MASTER) + _BF16_MASTER
+    if fw.master_in_optimizer and not fp32:
+        return 2, fw.grad_reduce_bytes, _ADAM_BF16_MOMENTS if fw.adam_moments_bf16 else _ADAM_WITH_MASTER
+    return 4, 4, _ADAM_WITHOUT_MASTER
+
+
+def adam_step_bytes(fw: FrameworkProfile, precision: str, param_bytes: float) -> float:
+    """Bytes per parameter of its shard that the fused Adam step moves: it reads the gradient (fp32), reads
+    and writes every state it stores (``optimizer_storage_bytes``: the moments, and the master copy where it
+    keeps one) and writes the model weights (``param_bytes`` each) from it; without a master copy
+    (torch.optim.Adam on bf16 parameters, torch/optim/adam.py: the update applied to the parameter in
+    place) it reads and writes the 16-bit weights themselves; fp32 weights (autocast, fp32 training) are
+    read and written beside their moments, and the 16-bit weights written as before."""
+    w_bytes, _, o_bytes = optimizer_storage_bytes(fw, precision)
+    grad = 4
+    if w_bytes == 4:                      # the fp32 weights are the stepped copy
+        return grad + 2 * (o_bytes + w_bytes) + param_bytes
+    if not fw.master_weights:             # the 16-bit weights stepped in place
+        return grad + 2 * (o_bytes + w_bytes)
+    return grad + 2 * o_bytes + param_bytes
+
+
 def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     """The framework with what a plan overrides: the gradient reduction dtype, given outright or by
     fp16 training on a stack that reduces in the parameter dtype; the optimizer's storage (Adam moments'
@@ -522,6 +566,10 @@ def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
     master = getattr(plan, "master_weights", None)
     if master is not None and master != fw.master_weights:
         update["master_weights"] = bool(master)
+    if master is not None and not master and moments is None and not fw.adam_moments_bf16:
+        # without a master copy the optimizer steps the bf16 parameters and keeps its moments in their
+        # dtype (torch.optim.Adam _init_group: exp_avg = torch.zeros_like(p, memory_format=torch.preserve_format))
+        update["adam_moments_bf16"] = True
     master_dtype = getattr(plan, "master_weights_dtype", None)
     if master_dtype is not None and (master_dtype == "bf16") != fw.master_weights_bf16:
         update["master_weights_bf16"] = master_dtype == "bf16"

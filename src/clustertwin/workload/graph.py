@@ -10,7 +10,7 @@ from ..arith import where
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
 from ..specs import TrainingJob
-from ..specs.framework import FrameworkProfile, for_plan, get_framework, pipeline_schedule
+from ..specs.framework import FrameworkProfile, adam_step_bytes, for_plan, get_framework, pipeline_schedule
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
@@ -23,6 +23,19 @@ _FOREACH_ADAMW_BYTES = value("optimizer.torch_foreach_adamw_bytes_per_param")
 _CLIP_BYTES = value("optimizer.torch_clip_grad_norm_bytes_per_param")
 _COPY_OUT_BYTES = value("fsdp2.copy_out_bytes_per_element")
 _COPY_IN_READ_BYTES = value("fsdp2.reduce_copy_in_read_bytes_per_element")
+_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")
+_FP8_GATHER = value("memory.fp8_param_gather_bytes_per_param")
+
+
+def param_gather_bytes(params, embedding, param_bytes: float, precision: str, fw: FrameworkProfile):
+    """Bytes the ZeRO-1/2 parameter all-gather moves for ``params`` parameters, of them ``embedding`` of the
+    embedding and output layer: 16-bit (``param_bytes``) each, or, under Megatron-Core fp8_param_gather (FP8
+    plans with fp8_params), the GEMM weights in FP8 (memory.fp8_param_gather_bytes_per_param) beside the
+    16-bit embedding and output layer. Floats or arrays; the norms' few weights are counted with the GEMM
+    weights, as the memory model does (stage_memory)."""
+    if precision == "fp8" and fw.fp8_params:
+        return (params - embedding) * _FP8_GATHER + embedding * param_bytes
+    return params * param_bytes
 
 
 @dataclass(frozen=True)
@@ -406,13 +419,17 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
             if held <= 0:
                 continue
             nbytes = held * (gb if elem == "grad" else pb)
+            if name == "dp.param_all_gather":
+                emb = params.embedding if group == "dp_cp" else 0.0
+                nbytes = param_gather_bytes(held, emb, pb, plan.precision, fw)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
         if plan.zero_stage >= 3 and fw.fsdp2_copies:
             for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step, root):
                 (per_mb if per_microbatch else step).append(op)
     shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb,
-                                          foreach=fw.optimizer_impl == "torch_foreach")
+                                          foreach=fw.optimizer_impl == "torch_foreach",
+                                          step_bytes=adam_step_bytes(fw, plan.precision, pb))
     step.append(Op("optimizer.adam", OpKind.OPTIMIZER, Phase.STEP, flops=shard * 16.0, bytes=adam_bytes, layer="step"))
     return tuple(step), tuple(per_mb)
 
@@ -493,14 +510,17 @@ def dp_collectives(zero_stage: int, per_step: bool = False) -> tuple[tuple[str, 
 
 
 def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: int,
-                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4, foreach: bool = False):
+                      grad_checks: tuple[str, ...] = (), grad_bytes: int = 4, foreach: bool = False,
+                      step_bytes: float | None = None):
     """(parameters in this rank's optimizer shard, bytes the optimizer step moves): Adam over the shard
     (fp32 master, m, v; read grad; write 16-bit weights), plus the gradient-norm pass for clipping and
     zeroing the gradient buffer, plus the framework's passes over the gradient buffer before its
     reduction (``grad_checks``, FrameworkProfile.grad_buffer_checks: a NaN-check norm reads it, the
     1/dp scaling reads and writes it where dp > 1; ``grad_bytes`` per element). Floats, or arrays of
     many ranks. ``foreach``: torch's foreach AdamW over fp32 weights (one pass per foreach op) and
-    clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam."""
+    clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam. ``step_bytes``: what the fused
+    Adam moves per parameter of the shard, from the optimizer's storage
+    (specs.framework.adam_step_bytes; None: fp32 master and moments)."""
     shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
     shard_expert = expert / (edp if zero_stage >= 1 else 1)
     shard = shard_dense + shard_expert
@@ -508,7 +528,9 @@ def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: i
         adam_bytes = shard * (_FOREACH_ADAMW_BYTES + _CLIP_BYTES)
     else:
         grad_buffer = (dense + expert) if zero_stage < 2 else shard
-        adam_bytes = shard * (4 + 8 + 8 + 8 + param_bytes) + shard * 4 + grad_buffer * 4
+        if step_bytes is None:
+            step_bytes = 4 + 2 * _ADAM_WITH_MASTER + param_bytes
+        adam_bytes = shard * step_bytes + shard * 4 + grad_buffer * 4
     if zero_stage < 3:
         if "nan_check" in grad_checks:
             adam_bytes = adam_bytes + (dense + expert) * grad_bytes
