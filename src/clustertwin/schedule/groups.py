@@ -33,4 +33,5 @@ def microbatch_groups(p: int, m):
     """``microbatch_group`` of ``m`` micro-batches, an int or an array of them (many plans)."""
     if np.ndim(m) == 0:
         return microbatch_group(p, int(m))
-    return np.array([microbatch_group(p, int(x)) for x in np.ravel(m)]).reshape(np.shape(m))
+    values, index = np.unique(np.asarray(m), return_inverse=True)   # a search holds few distinct counts
+    return np.array([microbatch_group(p, int(x)) for x in values])[index].reshape(np.shape(m))
