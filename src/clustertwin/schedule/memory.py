@@ -185,15 +185,18 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
         q_rank, kv_rank, rope = c.mla
         qkv = T * (q_rank + kv_rank + rope) * a
     # the attention's 16-bit output and its log-sum-exp: saved by the core attention for its backward, and
-    # the output projection's input. Under Transformer Engine FP8 the projection keeps only its FP8 copy
-    # (_Linear.forward saves the quantized input), so recomputing the core attention (Megatron's
-    # selective recomputation, recompute_modules=core_attn: checkpointed from q, k, v) drops both
-    core_kept = 0 if te_fp8 and recompute == "selective" else 1
+    # the output projection's input. Recomputing the core attention (Megatron's selective recomputation,
+    # recompute_modules=core_attn: tensor_parallel.checkpoint of the core attention from q, k, v) keeps
+    # neither for the core: the log-sum-exp is the core's alone and is recomputed with it, in bf16 and FP8
+    # alike; the 16-bit output stays as the output projection's input in bf16, while under Transformer
+    # Engine FP8 the projection keeps only its FP8 copy (_Linear.forward saves the quantized input)
+    core_recomputed = recompute == "selective"
+    core_kept = 0 if te_fp8 and core_recomputed else 1
     total += qkv + T * c.heads * c.v_head_dim * a * core_kept + rows * h * mask
     if te_fp8:   # the output projection's FP8 copy of the attention output
         total += T * c.heads * c.v_head_dim * lin
     if c.attention_kernel in ("flash", "flash2"):
-        total += T * c.heads * 4 * core_kept  # log-sum-exp, fp32
+        total += 0 if core_recomputed else T * c.heads * 4  # log-sum-exp, fp32
     elif recompute != "selective":
         scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
         total += scores * (2 * a + 1) if mask else scores * a
