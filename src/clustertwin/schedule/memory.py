@@ -232,6 +232,21 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     return float(total)
 
 
+def cp_ring_transient_bytes(c: LayerContext) -> float:
+    """Bytes the compiled context-parallel ring (torchtitan-compile: ``cp_ring_compiled``) holds for one
+    layer's attention beyond what the layer keeps: Inductor fuses the merge of every ring step into one
+    kernel after the last SDPA call (workload.transformer._compiled_ring_passes, constants cp.compiled_*),
+    so every step's block output (16-bit, tokens x heads x v_head_dim of this rank) and its log-sum-exp
+    (fp32, tokens x heads) stay alive until it runs: ``cp`` SDPA calls on the last rank of the ring (the
+    busiest: whole query chunk every step; torch/distributed/tensor/experimental/_attention.py
+    _templated_ring_attention). Freed once merged, so it lives while one layer's attention runs, in its
+    forward or its recomputation. The eager ring (torchtitan-eager) merges each step into the running
+    output as it comes (_SDPAMerger.step), holding one step at a time: nothing counted beyond the layer's."""
+    if not c.cp_ring_compiled or c.cp_ring != "torch" or c.cp <= 1:
+        return 0.0
+    return float(c.cp * c.tokens * c.heads * (c.v_head_dim * c.act_bytes + 4))
+
+
 # ``in_flight``'s v for DualPipe's schedule
 DUALPIPE = 0
 
