@@ -439,7 +439,9 @@ def test_layer_activations_none_ge_selective_ge_full(model: ModelSpec, tp: int, 
             if kernel == "unfused":
                 assert none > sel    # the s^2 score tensors are what selective recomputation drops
             else:
-                assert none == sel   # flash keeps no s^2 tensor: nothing left for selective to drop
+                # flash keeps no s^2 tensor: selective drops only the core's fp32 log-sum-exp (its 16-bit
+                # output stays as the output projection's input)
+                assert none - sel == c.tokens * c.heads * 4
 
 
 @pytest.mark.parametrize("model", [SMALL, SMALL_GPT, SMALL_MOE], ids=lambda m: m.name)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from clustertwin.constants import value
-from clustertwin.schedule.memory import (allocator_block_bytes, allocator_segment_bytes, layer_activation_bytes,
-                                         loss_bytes_per_logit, reserved_bytes, stage_memory)
+from clustertwin.schedule.memory import (allocator_block_bytes, allocator_segment_bytes, cp_ring_transient_bytes,
+                                         layer_activation_bytes, loss_bytes_per_logit, reserved_bytes, stage_memory)
 from clustertwin.specs.framework import get_framework
 from clustertwin.workload.transformer import LayerContext
 
@@ -103,6 +103,35 @@ def test_torchtitan_eager_holds_more_than_compiled_at_the_same_plan() -> None:
     eager = ct.predict("llama3-8b", framework="torchtitan-eager", **kw)
     compiled = ct.predict("llama3-8b", framework="torchtitan-compile", **kw)
     assert eager.memory.total_bytes > compiled.memory.total_bytes
+
+
+# ---- the compiled context-parallel ring -----------------------------------------------------------------
+def test_compiled_ring_holds_every_step_output_until_its_fused_merge() -> None:
+    """Llama 3 8B at 256K tokens over cp 8: each of the 8 SDPA calls' bf16 block output (32768 x 32 x 128)
+    and fp32 log-sum-exp (32768 x 32) stay alive until Inductor's one merge kernel: about 2.2 GB. The eager
+    ring merges step by step and a single rank runs no ring."""
+    ring = _llama_ctx(tokens=32768, seq_len=262144, cp=8, cp_ring="torch", cp_ring_compiled=True)
+    assert cp_ring_transient_bytes(ring) == 8 * 32768 * 32 * (128 * 2 + 4)
+    assert cp_ring_transient_bytes(_llama_ctx(tokens=32768, seq_len=262144, cp=8, cp_ring="torch")) == 0
+    assert cp_ring_transient_bytes(_llama_ctx(cp_ring="torch", cp_ring_compiled=True)) == 0
+
+
+def test_compiled_ring_transient_is_held_once_beside_the_kept_layers(monkeypatch) -> None:
+    """predict's activations grow by the transient once (with its allocator share), not per layer in flight."""
+    import clustertwin as ct
+    import clustertwin.schedule.batch as batch
+    kw = dict(gpu="h100-sxm", num_gpus=8, seq_len=65536, global_batch=4, micro_batch=1,
+              plan="tp=1,pp=1,dp=4,cp=2,zero=3,rc=full", framework="torchtitan-compile")
+    with_ring = ct.predict("llama3-8b", **kw).memory.breakdown_bytes
+    monkeypatch.setattr(batch, "cp_ring_transient_bytes", lambda c: 0.0)
+    import importlib
+    predict_module = importlib.import_module("clustertwin.predict")
+    monkeypatch.setattr(batch, "_PRICERS", {})          # no pricer or prediction kept from the first call
+    monkeypatch.setattr(predict_module, "_BY_NAMES", {})
+    without = ct.predict("llama3-8b", **kw).memory.breakdown_bytes
+    transient = 2 * 32768 * 32 * (128 * 2 + 4)
+    assert with_ring["activations"] - without["activations"] == pytest.approx(transient)
+    assert with_ring["other"] - without["other"] == pytest.approx(value("memory.allocator_overhead") * transient)
 
 
 # ---- the caching allocator ---------------------------------------------------------------------------

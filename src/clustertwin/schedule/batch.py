@@ -41,7 +41,7 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_ke
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, mtp_ops, stack_contexts, stack_key
-from .memory import DUALPIPE, MemoryEstimate, in_flight, layer_activation_bytes, stage_memory
+from .memory import DUALPIPE, MemoryEstimate, cp_ring_transient_bytes, in_flight, layer_activation_bytes, stage_memory
 from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
                    compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, pass_walls, runs_dualpipe,
                    step_bucket, tp_overlap_chunks)
@@ -735,6 +735,10 @@ class _Layout:
         v_sched = DUALPIPE if self.dualpipe else self.vpp
         fits: dict[tuple[int, int], np.ndarray] = {}
         feasible = pruned = 0
+        # the compiled CP ring's step outputs, alive while one layer's attention runs (cp_ring_transient_bytes):
+        # counted with the layer being recomputed (or, without recomputation, the last layer's forward), beside
+        # every kept layer in flight
+        ring = val(np.array([cp_ring_transient_bytes(c) for c in pr._contexts])[self.ctx_ids])
         for r, rc in enumerate(plans.recompute_domain):
             ctx = self.ctx_ids
             act_d = val(pr._activations(ctx, False, rc))
@@ -752,7 +756,8 @@ class _Layout:
                     moe = cls.n_moe > 0
                     # the largest layer kind the stage holds: a stage of MoE layers alone never recomputes
                     # a dense layer (and a stage holding the embedding or head alone, no layer)
-                    full_layer = maximum(trans_d if cls.n_dense > 0 else 0.0, trans_m if moe else 0.0)
+                    full_layer = maximum(trans_d if cls.n_dense > 0 else 0.0, trans_m if moe else 0.0) \
+                        + (ring if cls.n_dense + cls.n_moe > 0 else 0.0)
                     mem = stage_memory(
                         pr.fw, plans.precision, z, pp=self.pp, vpp=self.vpp, microbatches=m_m,
                         dense=val(self.dense[k][sr]),

@@ -185,15 +185,18 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
         q_rank, kv_rank, rope = c.mla
         qkv = T * (q_rank + kv_rank + rope) * a
     # the attention's 16-bit output and its log-sum-exp: saved by the core attention for its backward, and
-    # the output projection's input. Under Transformer Engine FP8 the projection keeps only its FP8 copy
-    # (_Linear.forward saves the quantized input), so recomputing the core attention (Megatron's
-    # selective recomputation, recompute_modules=core_attn: checkpointed from q, k, v) drops both
-    core_kept = 0 if te_fp8 and recompute == "selective" else 1
+    # the output projection's input. Recomputing the core attention (Megatron's selective recomputation,
+    # recompute_modules=core_attn: tensor_parallel.checkpoint of the core attention from q, k, v) keeps
+    # neither for the core: the log-sum-exp is the core's alone and is recomputed with it, in bf16 and FP8
+    # alike; the 16-bit output stays as the output projection's input in bf16, while under Transformer
+    # Engine FP8 the projection keeps only its FP8 copy (_Linear.forward saves the quantized input)
+    core_recomputed = recompute == "selective"
+    core_kept = 0 if te_fp8 and core_recomputed else 1
     total += qkv + T * c.heads * c.v_head_dim * a * core_kept + rows * h * mask
     if te_fp8:   # the output projection's FP8 copy of the attention output
         total += T * c.heads * c.v_head_dim * lin
     if c.attention_kernel in ("flash", "flash2"):
-        total += T * c.heads * 4 * core_kept  # log-sum-exp, fp32
+        total += 0 if core_recomputed else T * c.heads * 4  # log-sum-exp, fp32
     elif recompute != "selective":
         scores = c.micro_batch * c.heads * (T // c.micro_batch) * c.seq_len
         total += scores * (2 * a + 1) if mask else scores * a
@@ -227,6 +230,21 @@ def layer_activation_bytes(c: LayerContext, moe: bool = False, recompute: str = 
     else:
         total += gemm_in * h * lin * norm_out + T * c.ffn * (ups * a + lin)
     return float(total)
+
+
+def cp_ring_transient_bytes(c: LayerContext) -> float:
+    """Bytes the compiled context-parallel ring (torchtitan-compile: ``cp_ring_compiled``) holds for one
+    layer's attention beyond what the layer keeps: Inductor fuses the merge of every ring step into one
+    kernel after the last SDPA call (workload.transformer._compiled_ring_passes, constants cp.compiled_*),
+    so every step's block output (16-bit, tokens x heads x v_head_dim of this rank) and its log-sum-exp
+    (fp32, tokens x heads) stay alive until it runs: ``cp`` SDPA calls on the last rank of the ring (the
+    busiest: whole query chunk every step; torch/distributed/tensor/experimental/_attention.py
+    _templated_ring_attention). Freed once merged, so it lives while one layer's attention runs, in its
+    forward or its recomputation. The eager ring (torchtitan-eager) merges each step into the running
+    output as it comes (_SDPAMerger.step), holding one step at a time: nothing counted beyond the layer's."""
+    if not c.cp_ring_compiled or c.cp_ring != "torch" or c.cp <= 1:
+        return 0.0
+    return float(c.cp * c.tokens * c.heads * (c.v_head_dim * c.act_bytes + 4))
 
 
 # ``in_flight``'s v for DualPipe's schedule

@@ -532,19 +532,36 @@ def optimizer_storage_bytes(fw: FrameworkProfile, precision: str) -> tuple[int, 
 
 
 def adam_step_bytes(fw: FrameworkProfile, precision: str, param_bytes: float) -> float:
-    """Bytes per parameter of its shard that the fused Adam step moves: it reads the gradient (fp32), reads
-    and writes every state it stores (``optimizer_storage_bytes``: the moments, and the master copy where it
-    keeps one) and writes the model weights (``param_bytes`` each) from it; without a master copy
-    (torch.optim.Adam on bf16 parameters, torch/optim/adam.py: the update applied to the parameter in
-    place) it reads and writes the 16-bit weights themselves; fp32 weights (autocast, fp32 training) are
-    read and written beside their moments, and the 16-bit weights written as before."""
+    """Bytes per parameter of its shard that the fused Adam step moves: it reads the gradient
+    (``grad_read_bytes``), reads and writes every state it stores (``optimizer_storage_bytes``: the moments,
+    and the master copy where it keeps one) and writes the model weights (``param_bytes`` each) from it;
+    without a master copy (torch.optim.Adam on bf16 parameters, torch/optim/adam.py: the update applied to
+    the parameter in place) it reads and writes the 16-bit weights themselves; fp32 weights (autocast, fp32
+    training) are read and written beside their moments, and the 16-bit weights written as before."""
     w_bytes, _, o_bytes = optimizer_storage_bytes(fw, precision)
-    grad = 4
+    grad = grad_read_bytes(fw, precision)
     if w_bytes == 4:                      # the fp32 weights are the stepped copy
         return grad + 2 * (o_bytes + w_bytes) + param_bytes
     if not fw.master_weights:             # the 16-bit weights stepped in place
         return grad + 2 * (o_bytes + w_bytes)
     return grad + 2 * o_bytes + param_bytes
+
+
+def grad_read_bytes(fw: FrameworkProfile, precision: str) -> float:
+    """Bytes per parameter of the shard the optimizer step moves to read the gradient, from the dtype of the
+    gradient buffer (``optimizer_storage_bytes``): an fp32 buffer is read once (4). A 16-bit buffer
+    (grad_reduce_dtype=bf16) is read as it is where the optimizer takes the gradient in that dtype: the
+    16-bit weights stepped in place (torch.optim.Adam, the gradient in the parameter's dtype), and an
+    optimizer keeping 16-bit states (Megatron-Core's precision-aware optimizer, which exp_avg_dtype /
+    main_params_dtype need: distrib_optimizer.py _copy_model_grads_to_main_grads hands it the buffer's shard
+    as ``decoupled_grad``; apex DistributedFusedAdam, its gradient buffer in grad_sync_dtype). Beside fp32
+    master weights and moments the distributed optimizer first copies the shard to the master's fp32
+    ``.grad`` (same function: ``shard_main_param.grad = shard_model_grad.float()``, read 2, write 4), which
+    Adam then reads (4)."""
+    _, g_bytes, _ = optimizer_storage_bytes(fw, precision)
+    if g_bytes == 4 or not fw.master_weights or fw.adam_moments_bf16 or fw.master_weights_bf16:
+        return g_bytes
+    return g_bytes + 4 + 4
 
 
 def for_plan(fw: FrameworkProfile, plan) -> FrameworkProfile:
