@@ -286,13 +286,11 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
     fields = dict(tp=tp, pp=pp, vpp=_int(r, "vpp", 1) or 1, dp=dp, cp=cp,
                   ep=_int(r, "ep", 1) or 1, etp=_int(r, "etp"), sp=sp, zero_stage=zero, micro_batch=mb,
                   global_batch=_int(r, "global_batch"), recompute=rc, precision=prec)
-    dispatcher = (r.get("moe_dispatcher") or "").strip().lower()
-    if dispatcher:
-        fields["moe_dispatcher"] = dispatcher
-    schedule = (r.get("pp_schedule") or "").strip().lower()
-    if schedule:
-        fields["pp_schedule"] = schedule
-    elif pp > 1 and fw.pp_schedule != "1f1b":
+    # text columns named as the plan fields they set (the plan checks their values)
+    named = {col: (r.get(col) or "").strip().lower()
+             for col in ("moe_dispatcher", "pp_schedule", "fp8_recipe", "cuda_graph_scope", "recompute_modules")}
+    fields.update({col: v for col, v in named.items() if v})
+    if not named["pp_schedule"] and pp > 1 and fw.pp_schedule != "1f1b":
         notes.append(f"pipeline schedule unknown: {fw.pp_schedule} ({framework} default)")
     capacity = (r.get("moe_capacity_factor") or "").strip()
     if capacity:
@@ -300,17 +298,8 @@ def job_from_row(row: MeasuredRow) -> TrainingJob:
             fields["moe_capacity_factor"] = float(capacity)
         except ValueError:
             raise DataError("moe_capacity_factor", f"cannot read {capacity!r}", "write a number, e.g. 1.0") from None
-    recipe = (r.get("fp8_recipe") or "").strip().lower()
-    if recipe:
-        fields["fp8_recipe"] = recipe
-    elif prec == "fp8":
+    if not named["fp8_recipe"] and prec == "fp8":
         notes.append("fp8_recipe unknown: delayed scaling (Transformer Engine's and Megatron-LM's default)")
-    graphs = (r.get("cuda_graph_scope") or "").strip().lower()
-    if graphs:
-        fields["cuda_graph_scope"] = graphs
-    modules = (r.get("recompute_modules") or "").strip().lower()
-    if modules:
-        fields["recompute_modules"] = modules
     for col, key in (("grad_reduce_dtype", "grad_reduce_dtype"), ("exp_avg_dtype", "adam_moments_dtype"),
                      ("master_weights_dtype", "master_weights_dtype")):
         v = (r.get(col) or "").strip().lower()

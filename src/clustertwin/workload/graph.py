@@ -23,7 +23,6 @@ _FOREACH_ADAMW_BYTES = value("optimizer.torch_foreach_adamw_bytes_per_param")
 _CLIP_BYTES = value("optimizer.torch_clip_grad_norm_bytes_per_param")
 _COPY_OUT_BYTES = value("fsdp2.copy_out_bytes_per_element")
 _COPY_IN_READ_BYTES = value("fsdp2.reduce_copy_in_read_bytes_per_element")
-_ADAM_WITH_MASTER = value("memory.adam_bytes_per_param_with_master")
 _FP8_GATHER = value("memory.fp8_param_gather_bytes_per_param")
 
 
@@ -520,7 +519,7 @@ def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: i
     many ranks. ``foreach``: torch's foreach AdamW over fp32 weights (one pass per foreach op) and
     clip_grad_norm_'s two passes (torchtitan) instead of the fused Adam. ``step_bytes``: what the fused
     Adam moves per parameter of the shard, from the optimizer's storage
-    (specs.framework.adam_step_bytes; None: fp32 master and moments)."""
+    (specs.framework.adam_step_bytes; None: Megatron-Core's, fp32 master and moments)."""
     shard_dense = dense / (dp_cp if zero_stage >= 1 else 1)
     shard_expert = expert / (edp if zero_stage >= 1 else 1)
     shard = shard_dense + shard_expert
@@ -528,8 +527,8 @@ def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: i
         adam_bytes = shard * (_FOREACH_ADAMW_BYTES + _CLIP_BYTES)
     else:
         grad_buffer = (dense + expert) if zero_stage < 2 else shard
-        if step_bytes is None:
-            step_bytes = 4 + 2 * _ADAM_WITH_MASTER + param_bytes
+        if step_bytes is None:   # Megatron-Core's: fp32 master and moments, the fp32 gradient read once
+            step_bytes = adam_step_bytes(get_framework("megatron"), "bf16", param_bytes)
         adam_bytes = shard * step_bytes + shard * 4 + grad_buffer * 4
     if zero_stage < 3:
         if "nan_check" in grad_checks:
