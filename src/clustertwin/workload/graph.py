@@ -529,7 +529,11 @@ def optimizer_traffic(dense, expert, dp_cp, edp, zero_stage: int, param_bytes: i
         grad_buffer = (dense + expert) if zero_stage < 2 else shard
         if step_bytes is None:   # Megatron-Core's: fp32 master and moments, the fp32 gradient read once
             step_bytes = adam_step_bytes(get_framework("megatron"), "bf16", param_bytes)
-        adam_bytes = shard * step_bytes + shard * 4 + grad_buffer * 4
+        # the norm for clipping reads the fp32 main gradient of the shard; zeroing the gradient buffer
+        # writes it in its own dtype (Megatron-Core's buffer is grad_reduce_dtype: fp32, or the 16-bit
+        # parameter dtype without grad_reduce_in_fp32: core_r0.8.0 distributed_data_parallel.py grad_dtype,
+        # param_and_grad_buffer.py ParamAndGradBuffer.reset -> grad_data.zero_())
+        adam_bytes = shard * step_bytes + shard * 4 + grad_buffer * grad_bytes
     if zero_stage < 3:
         if "nan_check" in grad_checks:
             adam_bytes = adam_bytes + (dense + expert) * grad_bytes
