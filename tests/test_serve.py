@@ -610,7 +610,8 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert parse_version("") is None and parse_version("nightly") is None
     vllm = get_engine("vllm")
     old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
-    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 3
+    # eager V0, no chunked prefill for MLA, the block-FP8 dense GEMM's K steps, the Triton fused MoE's rate
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 4
     gqa = engine_for_version(vllm, "0.7.3", mla=False)[0]                # a GQA model keeps chunked prefill,
     assert gqa.chunked_prefill and gqa.eager_dispatch_s == value("host.torch_forward_per_kernel_s")  # V0: eager
     assert vllm.eager_dispatch_s == value("host.compiled_per_kernel_s")  # V1 compiles
@@ -626,7 +627,7 @@ def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
     from clustertwin.serve.engines import engine_for_version
     vllm = get_engine("vllm")
     e, notes = engine_for_version(vllm, "0.7.3", mla=True, max_model_len=32768)
-    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 4
+    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 5   # 4 rules + the budget
     assert engine_for_version(vllm, "0.7.3", mla=True, max_model_len=1024)[0].max_num_batched_tokens == 2048
     assert engine_for_version(vllm, "0.7.3", mla=True)[0].max_num_batched_tokens == vllm.max_num_batched_tokens
     assert engine_for_version(vllm, "0.7.3", mla=False, max_model_len=32768)[0].max_num_batched_tokens == \
@@ -787,16 +788,62 @@ def test_block_fp8_gemms_take_at_least_their_chain_of_k_steps() -> None:
     assert a.total_s > b.total_s and sum(a.breakdown().values()) == pytest.approx(a.total_s)
     # prefill: 4,096 tokens make the GEMMs compute- or bandwidth-bound again where the chain is shorter
     assert p._gemm(*next(g for g in p.s.gemms(4096, True) if g[0] == "moe.shared_up"))[0] > 56 * step
-    # ... and they compute at the 16-bit rate (the scaled accumulate after every K step), the experts at FP8's
+    # ... and they compute at the 16-bit rate (the scaled accumulate after every K step); the experts at the
+    # Triton fused_moe's own rate (test_triton_block_fp8_moe_runs_at_its_measured_rate)
     q_a = next(g for g in p.s.gemms(4096, True) if g[0] == "attn.q_a")
     assert p._gemm(*q_a)[0] > 1.5 * new._gemm(*q_a)[0]
-    up = next(g for g in p.s.gemms(4096, True) if g[0] == "moe.experts_up")
-    assert sum(p._gemm(*up)) == pytest.approx(sum(new._gemm(*up)))
     bf16 = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, ep=8, precision="bf16", engine=old))
     mi = StepPricer(setup("deepseek-v3", "mi300x", 8, tp=8, ep=8, precision="fp8", engine=old))
     assert bf16.block_fp8_floor("attn.kv_a", 7168) == 0.0
     # AMD GPUs run the same Triton kernel (no CUTLASS or DeepGEMM block GEMM off CUDA): the floor holds there too
     assert mi.block_fp8_floor("attn.kv_a", 7168) == pytest.approx(56 * step)
+
+
+def test_triton_block_fp8_moe_runs_at_its_measured_rate() -> None:
+    """Releases that run DeepSeek's block-FP8 routed experts through the Triton fused_moe kernel (vLLM below 0.8,
+    SGLang below 0.4.4) compute a prefill's expert GEMMs at most at serve.triton_block_fp8_moe_flops_per_s
+    (vllm#13932: 2818.65 us for batch 2048 at TP 8 on H100, 64 TFLOP/s); at decode sizes the weight reads
+    still set the time; newer releases, 16-bit weights and the other GEMMs keep their pricing."""
+    from clustertwin.constants import value
+    from clustertwin.serve.engines import engine_for_version
+    rate = value("serve.triton_block_fp8_moe_flops_per_s")
+    # the constant is the measurement: 2 x 2048 tokens x 8 experts x (512 + 256) x 7168 FLOPs in 2818.65 us
+    assert rate == pytest.approx(1.8039e11 / 2818.65e-6, rel=1e-3) and 6.3e13 < rate < 6.5e13
+    for name, version in (("vllm", "0.7.3"), ("sglang", "0.4.3.post2")):
+        old = engine_for_version(get_engine(name), version, mla=True)[0]
+        assert old.block_fp8_moe_flops_per_s == rate
+        assert engine_for_version(get_engine(name), version, mla=False)[0].block_fp8_moe_flops_per_s == 0.0
+    assert engine_for_version(get_engine("vllm"), "0.8.0", mla=True)[0].block_fp8_moe_flops_per_s == 0.0
+    assert engine_for_version(get_engine("sglang"), "0.4.4", mla=True)[0].block_fp8_moe_flops_per_s == 0.0
+    assert get_engine("trtllm").block_fp8_moe_flops_per_s == 0.0
+    old = engine_for_version(get_engine("vllm"), "0.7.3", mla=True)[0]
+    p = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=old))
+    new = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=get_engine("vllm")))
+    t = 4096
+    flops = 0.0
+    for g in p.s.gemms(t, True):
+        name, batch, rows, n, k, _ = g
+        if not name.startswith("moe.experts"):
+            assert p.triton_fp8_moe_floor(name, 2.0 * batch * rows * n * k) == 0.0
+            continue
+        f = 2.0 * batch * rows * n * k
+        flops += f
+        assert p.triton_fp8_moe_floor(name, f) == pytest.approx(f / rate)
+        assert p._gemm(*g)[0] == pytest.approx(f / rate)        # compute-bound at the kernel's rate
+        assert sum(p._gemm(*g)) > sum(new._gemm(*g))
+    # hand check: the experts of one MoE layer do t x top-k x 3 x 7168 x 2048 / tp multiply-adds
+    assert flops == pytest.approx(2 * t * 8 * 3 * 7168 * 2048 / 8)
+    assert p.triton_fp8_moe_floor("moe.shared_up", 1e12) == 0.0 and p.triton_fp8_moe_floor("attn.o", 1e12) == 0.0
+    # decode: a few tokens per expert, the weight reads take longer than the kernel's rate would
+    for g in p.s.gemms(8, True):
+        if g[0].startswith("moe.experts"):
+            assert sum(p._gemm(*g)) == pytest.approx(sum(new._gemm(*g)))
+    # a prefill step is slower with the rate, never faster; its breakdown sums to its total
+    a, b = p.price(prefill=((t, 0),)), new.price(prefill=((t, 0),))
+    assert a.total_s > b.total_s and sum(a.breakdown().values()) == pytest.approx(a.total_s)
+    # 16-bit weights are not the block-FP8 checkpoint: no rate
+    bf16 = StepPricer(setup("deepseek-v3", "h200", 8, tp=8, precision="bf16", engine=old))
+    assert bf16.triton_fp8_moe_floor("moe.experts_up", 1e12) == 0.0
 
 
 def test_sglang_below_0_4_6_prefills_mla_absorbed_over_the_latent_widths() -> None:

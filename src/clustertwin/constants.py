@@ -1348,6 +1348,22 @@ _SERVE_KERNELS = [
              "117-129 us before tuning and 43-68 us after, 0.8-2.3 us a K step against H100's 0.42)",
              "serving: least time of one block-FP8 (128 x 128 scaled) dense GEMM per 128 of its K, in engines "
              "that run the Triton or CUTLASS-2.x block-FP8 GEMM (EngineProfile.block_fp8_k_step_s)"),
+    Constant("serve.triton_block_fp8_moe_flops_per_s",
+             2 * 2048 * 8 * (512 + 256) * 7168 / 2818.65e-6, "FLOP/s",
+             "vllm-project/vllm#13932 (2025-02-26, 'Add option to use DeepGemm contiguous grouped gemm kernel for "
+             "fused MoE operations'), 'H100 results' of benchmarks/kernels/benchmark_moe.py --dtype=fp8_w8a8 "
+             "--model deepseek-ai/DeepSeek-V3 (E = 256, topk = 8, K = 7168, N = 512 at TP = 8): the Triton "
+             "fused_moe with DeepSeek's 128 x 128 block-scaled FP8 weights takes 2818.65 us a call at batch 2048, "
+             "TP = 8; its FLOPs are 2 x 2048 tokens x 8 experts x (512 + 256) x 7168 (w1 gate+up, w2 down) = "
+             "1.80e11, i.e. 64 TFLOP/s, a fifteenth of H100's dense BF16 peak. The same table at TP = 1, 2, 4 "
+             "(N = 4096, 2048, 1024) gives 69-80 TFLOP/s at batch 1536-3072 (e.g. TP = 1, batch 3072: 27189.87 "
+             "us for 2.16e12 FLOPs), so the rate is the kernel's, not one shape's: like the dense block GEMM "
+             "(serve.block_fp8_k_step_s) it rescales its accumulator by both scale vectors after every 128-wide "
+             "K step, and it gathers its rows through the sorted token ids. Taken as the ceiling on other GPUs "
+             "running the same Triton kernel (H200: the same SMs; AMD: vLLM and SGLang ROCm releases of early "
+             "2025 run the same Triton fused_moe), assumed: no other measurement at hand",
+             "serving: most FLOP/s of the routed experts' grouped GEMMs (a prefill's) in engine releases that run "
+             "DeepSeek's block-FP8 MoE through the Triton fused_moe kernel (EngineProfile.block_fp8_moe_flops_per_s)"),
     Constant("serve.fp8_channelwise_unfused_bytes", 24, "bytes",
              _ROCM_FP8_NAIVE + ": per output element the GEMM writes fp32 (4 bytes where a fused GEMM writes 2 "
              "of bf16: +2), the multiply by the token scales reads and writes fp32 (8), the multiply by the "

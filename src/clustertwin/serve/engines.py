@@ -18,6 +18,7 @@ _COMPILED = value("host.compiled_per_kernel_s")
 _EAGER = value("host.torch_forward_per_kernel_s")
 _V0_MIN_BUDGET = value("serve.vllm_v0_min_batched_tokens")
 _BLOCK_FP8_K_STEP = value("serve.block_fp8_k_step_s")
+_TRITON_FP8_MOE_FLOPS = value("serve.triton_block_fp8_moe_flops_per_s")
 _TRITON_MLA_BLOCK_H = int(value("serve.triton_mla_decode_block_h"))
 _TRT_TORCH_ROUTING = value("serve.trtllm_pytorch_unfused_routing_kernels")
 _V1_DEFAULT = (0, 8)    # vLLM release whose default engine is V1 (v0.8.0 release notes)
@@ -54,6 +55,9 @@ class EngineProfile:
     # least time of a block-FP8 dense GEMM per 128 of its K (serve.block_fp8_k_step_s) where the release runs
     # DeepSeek's block-scaled linear layers through the Triton or CUTLASS-2.x block-FP8 GEMM; 0: not priced
     block_fp8_k_step_s: float = 0.0
+    # most FLOP/s of the routed experts' grouped GEMMs where the release runs DeepSeek's block-FP8 MoE through
+    # the Triton fused_moe kernel (serve.triton_block_fp8_moe_flops_per_s); 0: priced on the GPU's roofline
+    block_fp8_moe_flops_per_s: float = 0.0
     # on AMD GPUs, the release runs the FP8 GEMMs of a per-channel-weight, per-token-activation checkpoint
     # (Meta's fbgemm_fp8) unfused: a GEMM into fp32, then the scales and the cast as separate kernels
     # (PLATFORM_RULES; priced by serve.workload with serve.fp8_channelwise_unfused_bytes)
@@ -203,6 +207,18 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "(the 'SGLang' column of sglang#3893, 2025-02-26, before DeepGEMM and sgl-kernel's CUTLASS block GEMM "
         "were wired in): at decode sizes it walks K in a chain of 128-wide steps (serve.block_fp8_k_step_s a "
         "step)"),
+    VersionRule(
+        "vllm", (0, 8), "mla", (("block_fp8_moe_flops_per_s", _TRITON_FP8_MOE_FLOPS),),
+        "vLLM below 0.8 runs DeepSeek's block-FP8 routed experts through its Triton fused_moe kernel (DeepGEMM's "
+        "grouped GEMM came only as an opt-in, vllm-project/vllm#13932, 2025-02-26, whose H100 table measures the "
+        "Triton kernel at 64-80 TFLOP/s on DeepSeek-V3's shapes, serve.triton_block_fp8_moe_flops_per_s): a "
+        "prefill's expert GEMMs run at most at that rate"),
+    VersionRule(
+        "sglang", (0, 4, 4), "mla", (("block_fp8_moe_flops_per_s", _TRITON_FP8_MOE_FLOPS),),
+        "SGLang below 0.4.4 runs DeepSeek's block-FP8 routed experts through its Triton fused_moe kernel (the "
+        "kernel vLLM's fused_moe_triton was ported from; DeepGEMM's grouped GEMM is not wired in): a prefill's "
+        "expert GEMMs run at most at the rate vllm-project/vllm#13932 measures for that kernel on DeepSeek-V3's "
+        "shapes (serve.triton_block_fp8_moe_flops_per_s)"),
     VersionRule(
         "sglang", (0, 4, 6), "mla", (("mla_absorbed_prefill", True), ("mla_decode_head_block", _TRITON_MLA_BLOCK_H)),
         "SGLang below 0.4.6 runs MLA models on its Triton attention backend (model_runner.py: 'MLA optimization "

@@ -355,6 +355,9 @@ class StepPricer:
         # CUDA-only), and H100's time a step is taken as their floor (serve.block_fp8_k_step_s)
         block_fp8 = m.mla is not None and setup.gemm_dtype == "fp8" and setup.precision not in FFN_ONLY
         self._k_step = setup.engine.block_fp8_k_step_s if block_fp8 else 0.0
+        # the routed experts of the same checkpoints, where the release runs them through the Triton fused_moe
+        # kernel: at most serve.triton_block_fp8_moe_flops_per_s (EngineProfile.block_fp8_moe_flops_per_s)
+        self._moe_rate = setup.engine.block_fp8_moe_flops_per_s if block_fp8 else 0.0
 
     def _fp8_gemms(self, moe: bool) -> int:
         """FP8 GEMMs one layer launches, each after its input's quantization kernel: every GEMM of
@@ -417,6 +420,9 @@ class StepPricer:
         floor = self.block_fp8_floor(name, k)
         if floor > t:     # a chain of K steps, not the HBM or the tensor cores, sets the time: streaming
             return 0.0, floor + post
+        moe = self.triton_fp8_moe_floor(name, flops)
+        if moe > t:       # the fused MoE kernel's own rate, below the GPU's roofline: compute-bound
+            return moe, post
         if nbytes / self.mem_bw >= 0.999 * t:
             return 0.0, t + post
         return t, post
@@ -430,6 +436,15 @@ class StepPricer:
         if not self.triton_block_fp8(name):
             return 0.0
         return math.ceil(k / _SCALE_BLOCK_K) * self._k_step
+
+    def triton_fp8_moe_floor(self, name: str, flops: float) -> float:
+        """Least seconds of the routed experts' grouped GEMM ``name`` of ``flops`` FLOPs where the engine release
+        runs DeepSeek's block-FP8 experts through the Triton fused_moe kernel (EngineProfile.
+        block_fp8_moe_flops_per_s: the kernel's measured rate, serve.triton_block_fp8_moe_flops_per_s); 0 for
+        every other GEMM and elsewhere. At decode sizes the weight reads take longer and set the time."""
+        if not self._moe_rate or not name.startswith("moe.experts"):
+            return 0.0
+        return flops / self._moe_rate
 
     def triton_block_fp8(self, name: str) -> bool:
         """Whether the GEMM ``name`` runs as a block-FP8 dense GEMM of a release whose block GEMM is the Triton
