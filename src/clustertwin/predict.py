@@ -206,9 +206,9 @@ def straggler_assumption(p: Prediction) -> str:
                 + (" (stragglers off)" if sm.off else f" ({c.num_gpus} GPU)" if c.num_gpus == 1 else ""))
     slow = (f", {sm.slow_node_fraction * 100:g}% of nodes {sm.slow_node_slowdown * 100:g}% slower"
             if sm.slow_node_fraction > 0 and sm.slow_node_slowdown > 0 else "")
-    return (f"the step waits for the slowest of {c.num_gpus:,} GPUs: +{wait / (p.step_time_s - wait) * 100:.1f}% "
-            f"('stragglers'; per-GPU speed cv {sm.gpu_speed_cv * 100:g}%, the hottest GPU of a node "
-            f"{sm.thermal_slowdown * 100:g}% slower{slow}); sim and trace exports replay the mean GPU")
+    return (f"the slowest of {c.num_gpus:,} GPUs paces the step: +{wait / (p.step_time_s - wait) * 100:.1f}% "
+            f"('stragglers': GPU speed cv {sm.gpu_speed_cv * 100:g}%, each node's hottest GPU "
+            f"{sm.thermal_slowdown * 100:g}% slower{slow}); sim replays the mean GPU")
 
 
 from .workload.ops import Phase as _Phase  # noqa: E402

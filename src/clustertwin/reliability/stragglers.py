@@ -22,6 +22,10 @@ Only the compute-bound part of a step stretches (compute, recomputation, pipelin
 optimizer); exposed communication does not. In a pipeline the slowest stage stretches m of the
 m + (p-1)/v micro-batch slots; data parallelism makes every replica wait for the slowest one.
 
+The model and its expected group slowdown live in the pricing core (``schedule/stragglers.py``), which
+prices the step's ``stragglers`` part with them; this module turns them into goodput's straggler loss
+and one slow node's effect, over the step with every GPU at the mean speed (``base_step_time_s``).
+
 >>> round(expected_group_slowdown(1, 8, StragglerModel()), 6)
 0.0
 >>> 0.03 < expected_group_slowdown(16384, 8, StragglerModel()) < 0.07
