@@ -47,7 +47,7 @@ _ERF = np.frompyfunc(math.erf, 1, 1)
 
 
 def _phi(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)).astype(float))
+    return 0.5 * (1.0 + np.asarray(_ERF(z / math.sqrt(2.0)), dtype=float))
 
 
 def expected_group_slowdown(n_gpus: int, gpus_per_node: int, model: StragglerModel) -> float:
