@@ -580,7 +580,8 @@ def test_predict_json_has_the_documented_keys() -> None:
                 "memory_per_gpu_bytes", "fits", "inputs"}
     assert required <= set(j)
     assert j["schema"] == 1
-    core = {"compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "other"}
+    core = {"compute", "recompute", "tp_comm", "cp_comm", "pp_comm", "dp_comm", "bubble", "optimizer", "other",
+            "stragglers"}
     assert core <= set(j["breakdown_s"]) <= core | {"ep_comm", "moe_imbalance"}
     assert set(j["memory_per_gpu_bytes"]) == {"weights", "gradients", "optimizer", "activations", "other", "total"}
     assert j["memory_per_gpu_bytes"]["total"] == pytest.approx(

@@ -284,8 +284,8 @@ def test_sweep_names_its_time_to_train_basis(tmp_path) -> None:
     by = {}
     for obj, basis, t, ideal, expected in rows:
         by.setdefault(obj, set()).add(basis)
-        if obj == "time":
-            assert t == ideal and expected is None
+        if obj == "time":   # steps x the predicted step; the ideal leaves out its wait for the slowest GPU
+            assert ideal < t < 1.1 * ideal and expected is None
         else:
             assert t == expected and expected >= ideal
     assert by == {"time": {"steps_x_step_time"}, "goodput": {"expected_time_to_train"}}

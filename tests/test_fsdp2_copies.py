@@ -101,7 +101,8 @@ def _agree(job):
     p = ct.predict_job(job)
     assert sum(p.breakdown_s.values()) == pytest.approx(p.step_time_s)
     s = simulate(job, baseline=False).step_time_s
-    assert s == pytest.approx(p.step_time_s, rel=SIM_PREDICT_TOLERANCE), (s, p.step_time_s)
+    # the replay runs every GPU at the mean speed: it compares with the step less its wait for the slowest
+    assert s == pytest.approx(p.mean_gpu_step_time_s, rel=SIM_PREDICT_TOLERANCE), (s, p.mean_gpu_step_time_s)
 
 
 @pytest.mark.parametrize("framework,plan", [

@@ -25,7 +25,7 @@ PREDICT_MODULES = {
     "clustertwin.cost", "clustertwin.cost.compute", "clustertwin.cost.network", "clustertwin.cost.power",
     "clustertwin.cost.profile",
     "clustertwin.schedule", "clustertwin.schedule.batch", "clustertwin.schedule.groups", "clustertwin.schedule.memory",
-    "clustertwin.schedule.step",
+    "clustertwin.schedule.step", "clustertwin.schedule.stragglers",
     "clustertwin.power", "clustertwin.power.energy",
     "clustertwin.calibrate", "clustertwin.calibrate.bands", "clustertwin.calibrate.profile",
     "clustertwin.report", "clustertwin.report.console",

@@ -46,7 +46,8 @@ def llama3_405b_result() -> str:
         f"{g.checkpoint_interval_steps:,} steps ({g.checkpoint_interval_s / 60:.1f} min, the optimum; Young "
         f"{g.young_interval_s / 60:.2f} min); a restart takes {g.restart.mean_s / 60:.1f} min on average.",
         "",
-        f"Result: predicted step {p.step_time_s:.2f} s; ideal {g.ideal_time_to_train_s / DAY:.1f} days, expected "
+        f"Result: predicted step {p.step_time_s:.2f} s, of which {p.breakdown_s['stragglers']:.2f} s waiting for the "
+        f"slowest GPU ({p.mean_gpu_step_time_s:.2f} s at the mean speed); ideal {g.ideal_time_to_train_s / DAY:.1f} days, expected "
         f"**{g.expected_time_to_train_s / DAY:.1f} days**; {g.expected_failures:,.0f} unplanned + "
         f"{g.expected_planned_interruptions:,.0f} planned interruptions; **effective training time "
         f"{_pct(g.effective_training_time_ratio)}** (paper: \"higher than 90%\"); goodput {_pct(g.goodput)} "

@@ -37,6 +37,13 @@ FrameworkOpt = typer.Option(DEFAULT_FRAMEWORK, "--framework",
                                  "hai-llm, meta-llama3, ...) "
                                  "or family@version (megatron@2022)")
 ProfileOpt = typer.Option(None, "--profile", help="measured hardware profile (clustertwin calibrate)")
+NoStragglersOpt = typer.Option(False, "--no-stragglers",
+                               help="every GPU at the mean speed: no wait for the slowest GPU in the step (a "
+                                    "measured step time already has it)")
+StragglerCvOpt = typer.Option(None, "--straggler-cv", help="per-GPU speed variation, std/mean [default: the "
+                              "cluster's, 0.01]")
+ThermalSlowdownOpt = typer.Option(None, "--thermal-slowdown", help="the hottest GPU of a node this much slower "
+                                  "[default: the cluster's, 0.015]")
 
 # name, type, option: the order of --help
 _JOB_PARAMS: tuple[tuple[str, Any, Any], ...] = (
@@ -45,7 +52,29 @@ _JOB_PARAMS: tuple[tuple[str, Any, Any], ...] = (
     ("micro_batch", Optional[int], MicroBatchOpt), ("global_batch", Optional[int], GlobalBatchOpt),
     ("seq_len", Optional[int], SeqLenOpt), ("precision", Optional[str], PrecisionOpt),
     ("framework", str, FrameworkOpt),
+    ("no_stragglers", bool, NoStragglersOpt), ("straggler_cv", Optional[float], StragglerCvOpt),
+    ("thermal_slowdown", Optional[float], ThermalSlowdownOpt),
 )
+# flags that set one JobOptions field together: the fleet's per-GPU speed variation
+_STRAGGLER_FLAGS = ("no_stragglers", "straggler_cv", "thermal_slowdown")
+
+
+def stragglers_of(no_stragglers: bool = False, straggler_cv: float | None = None,
+                  thermal_slowdown: float | None = None) -> Any:
+    """JobOptions.stragglers from the flags: None (the cluster's), False (off) or the fields given.
+    A value out of range, or values beside --no-stragglers, is one line (exit 2)."""
+    from .errors import SpecError
+    given = {k: v for k, v in (("gpu_speed_cv", straggler_cv), ("thermal_slowdown", thermal_slowdown))
+             if v is not None}
+    for name, v in (("straggler_cv", straggler_cv), ("thermal_slowdown", thermal_slowdown)):
+        if v is not None and not (0.0 <= v <= 0.5):
+            raise SpecError(name, f"{v} is out of range", "give a fraction from 0 to 0.5, e.g. 0.01")
+    if no_stragglers:
+        if given:
+            raise SpecError("no_stragglers", "given with --straggler-cv or --thermal-slowdown",
+                            "drop --no-stragglers, or the straggler values it turns off")
+        return False
+    return given or None
 
 
 def job_options(*, profile: bool = False, plan_help: str | None = None,
@@ -77,6 +106,7 @@ def job_options(*, profile: bool = False, plan_help: str | None = None,
             prof = values.pop("profile", None)
             if repeat:
                 kwargs["repeated"] = {n: list(values.pop(n) or []) for n in repeat}
+            values["stragglers"] = stragglers_of(*(values.pop(n) for n in _STRAGGLER_FLAGS))
             kwargs["job"] = JobOptions(**values)
             if profile:
                 kwargs["profile"] = prof

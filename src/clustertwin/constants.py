@@ -1416,9 +1416,31 @@ _SERVE_KERNELS = [
              "serving step overhead: kernels outside the layers per step (TensorRT-LLM)"),
 ]
 
+# ---- stragglers: the synchronous wait for the slowest GPU (defaults of specs.hardware.StragglerModel) --
+_STRAGGLERS: list[Constant] = [
+    Constant("stragglers.gpu_speed_cv", 0.01, "fraction",
+             "Sinha et al., 'Not All GPUs Are Created Equal' (SC'22, arXiv 2208.11035): 8% average performance "
+             "variation (max 22%) across the same-SKU GPUs of large clusters, read as the fastest-to-slowest "
+             "range of ~10^4 GPUs, about 8 standard deviations of a normal sample that size: cv = 1%",
+             "step time (part 'stragglers'): per-GPU sustained speed variation, std/mean; the step waits for "
+             "the slowest GPU of the job (expected maximum of the job's GPUs over the mean)"),
+    Constant("stragglers.thermal_slowdown", 0.015, "fraction",
+             "Kurzynski et al., Lit Silicon (arXiv 2511.09861): the hottest GPU of a node throttles and the "
+             "node's others wait for it (mitigation recovered up to 6% on MI300X); 1.5% is the middle of the "
+             "1-2% throughput swing Llama 3 saw from temperature-driven DVFS (arXiv 2407.21783 sec. 3.3.4)",
+             "step time (part 'stragglers'): the hottest GPU of each node runs this much slower"),
+    Constant("stragglers.slow_node_fraction", 0.0, "fraction",
+             "assumed: production runs find and drain fail-slow hosts (MegaScale, arXiv 2402.15627 sec. 6.3), "
+             "so a priced job has none by default",
+             "step time (part 'stragglers'): the share of nodes that are fail-slow"),
+    Constant("stragglers.slow_node_slowdown", 0.10, "fraction",
+             "MegaScale (arXiv 2402.15627 sec. 6.3): fail-slow hosts took about 10% longer",
+             "step time (part 'stragglers'): how much slower a fail-slow node runs"),
+]
+
 CONSTANTS: tuple[Constant, ...] = (*_PROFILES, *_COMPUTE, *_GEMM_ALIGN, *_HOST, *_WORKLOAD, *_SCHEDULE, *_MEMORY,
                                    *_NETWORK, *_NCCL, *_POWER, *_FIT_BOUNDS, *_TORCH_STACK, *_MOE,
-                                   *_SERVE_KERNELS)
+                                   *_SERVE_KERNELS, *_STRAGGLERS)
 
 TABLE: Mapping[str, Constant] = MappingProxyType({c.name: c for c in CONSTANTS})
 if len(TABLE) != len(CONSTANTS):  # pragma: no cover - caught by the tests

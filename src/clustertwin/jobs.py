@@ -59,6 +59,9 @@ class JobOptions:
     seq_len: int | None = None
     precision: str | None = None
     framework: str = DEFAULT_FRAMEWORK
+    # the fleet's per-GPU speed variation (``with_stragglers``): None the cluster's, False off, or
+    # {field: value} over the cluster's (--straggler-cv, --thermal-slowdown)
+    stragglers: Any = None
 
     @property
     def is_default_job(self) -> bool:
@@ -108,9 +111,44 @@ class SearchInputs:
                     precision=self.precision, framework=self.framework, fix=self.fix_with(fix))
 
 
+def with_stragglers(c: ClusterSpec, stragglers: Any = None) -> ClusterSpec:
+    """``c`` with its fleet's per-GPU speed variation (what a synchronous step waits for) set by
+    ``stragglers``: None or True keeps the cluster's (default: the sourced ``StragglerModel``), False
+    turns it off (every GPU at the mean speed), a StragglerModel replaces it, and a mapping of its
+    fields (gpu_speed_cv, thermal_slowdown, slow_node_fraction, slow_node_slowdown) changes those."""
+    from .specs.hardware import STRAGGLERS_OFF, StragglerModel
+    if stragglers is None or stragglers is True:
+        return c
+    if stragglers is False:
+        model = STRAGGLERS_OFF
+    elif isinstance(stragglers, StragglerModel):
+        model = stragglers
+    elif isinstance(stragglers, Mapping):
+        fields_ = {}
+        for k, v in stragglers.items():
+            if k not in StragglerModel.model_fields:
+                raise SpecError(f"stragglers.{k}", "is not a straggler parameter",
+                                f"use {', '.join(StragglerModel.model_fields)}")
+            if v is None:
+                continue
+            hi = {"slow_node_fraction": 1.0, "slow_node_slowdown": 10.0}.get(k, 0.5)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (0.0 <= v <= hi):
+                raise SpecError(k, f"{v!r} is out of range", f"give a fraction from 0 to {hi:g}, e.g. 0.01")
+            fields_[k] = float(v)
+        model = c.stragglers.model_copy(update=fields_) if fields_ else c.stragglers
+    else:
+        raise SpecError("stragglers", f"cannot read {stragglers!r}",
+                        "give False (off), a StragglerModel, or {field: value}")
+    return c if model == c.stragglers else c.model_copy(update={"stragglers": model})
+
+
 def resolve_cluster(gpu: str | None = None, num_gpus: int | None = None,
-                    cluster: str | Path | ClusterSpec | None = None, gpus_per_node: int | None = None) -> ClusterSpec:
-    """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count."""
+                    cluster: str | Path | ClusterSpec | None = None, gpus_per_node: int | None = None,
+                    stragglers: Any = None) -> ClusterSpec:
+    """A cluster from a preset/file (optionally resized to ``num_gpus``) or from a GPU and a count;
+    ``stragglers``: its fleet's per-GPU speed variation (``with_stragglers``; None: the cluster's)."""
+    if stragglers is not None:
+        return with_stragglers(resolve_cluster(gpu, num_gpus, cluster, gpus_per_node), stragglers)
     from .catalog import cluster_for_gpu, load_cluster
     if cluster is not None:
         c = load_cluster(cluster)
@@ -159,7 +197,7 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
                       micro_batch: int | None = None, global_batch: int | None = None,
                       seq_len: int | None = None, precision: str | None = None,
                       framework: str = DEFAULT_FRAMEWORK, tokens: float | None = None,
-                      stack_zero: bool = False) -> TrainingJob:
+                      stack_zero: bool = False, stragglers: Any = None) -> TrainingJob:
     """A checked TrainingJob from exactly what is given (no default job): the model's sequence length
     (at most 8192) unless ``seq_len``, the plan's defaults for what it leaves out, except the ZeRO
     stage: a plan that does not name one (``zero=``, ``fsdp``) takes the framework stack's default
@@ -169,7 +207,7 @@ def make_training_job(model: str | Path | ModelSpec = DEFAULT_MODEL, *, gpu: str
     from .catalog import load_model
     from .specs import make_job
     m = load_model(model)
-    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node, stragglers)
     p = _plan(plan, micro_batch, global_batch, precision)
     fw = _framework(framework)
     if stack_zero or "zero_stage" not in p.model_fields_set:
@@ -197,7 +235,7 @@ def search_inputs(options: JobOptions) -> SearchInputs:
     from .specs.job import default_global_batch
     o = replace(options, model=DEFAULT_MODEL) if options.model is None else options
     m = load_model(o.model)  # type: ignore[arg-type]
-    c = resolve_cluster(o.gpu, o.num_gpus, o.cluster, o.gpus_per_node)
+    c = resolve_cluster(o.gpu, o.num_gpus, o.cluster, o.gpus_per_node, o.stragglers)
     p = _plan(o.plan, o.micro_batch, o.global_batch, o.precision)
     fw = _framework(o.framework)
     given = {k: getattr(p, k) for k in p.model_fields_set}
@@ -230,6 +268,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["JobOptions", "SearchInputs", "job_from_options", "search_inputs", "make_training_job", "resolve_cluster",
+           "with_stragglers",
            "default_job", "DEFAULT_MODEL", "DEFAULT_GPU", "DEFAULT_NUM_GPUS", "DEFAULT_PLAN", "DEFAULT_SEQ_LEN",
            "DEFAULT_MICRO_BATCH", "DEFAULT_GLOBAL_BATCH", "DEFAULT_PRECISION", "DEFAULT_FRAMEWORK",
            "DEFAULT_TOKENS_PER_STEP", "default_global_batch"]

@@ -5,7 +5,7 @@ tokens/s, MFU and HFU.
 >>> r = predict("gpt3-175b", gpu="a100-80gb", num_gpus=1024, plan="tp=8,pp=16,dp=8,sp=1,recompute=selective",
 ...             micro_batch=1, global_batch=1536, seq_len=2048)
 >>> sorted(r.breakdown_s) == sorted(["compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance",
-...                                  "pp_comm", "dp_comm", "bubble", "optimizer", "other"])
+...                                  "pp_comm", "dp_comm", "bubble", "optimizer", "other", "stragglers"])
 True
 """
 from __future__ import annotations
@@ -41,6 +41,13 @@ class Prediction:
     @property
     def breakdown_s(self) -> dict[str, float]:
         return self.step.breakdown_s
+
+    @property
+    def mean_gpu_step_time_s(self) -> float:
+        """The step with every GPU at the mean speed: the step less its ``stragglers`` part (the expected
+        wait for the slowest GPU). What the discrete-event replay (``sim``) and the trace exports time,
+        and goodput's ideal step."""
+        return self.step.step_time_s - self.step.breakdown_s.get("stragglers", 0.0)
 
     @property
     def tokens_per_s(self) -> float:
@@ -142,9 +149,10 @@ class Prediction:
     @property
     def assumptions(self) -> list[str]:
         """What the prediction assumes about the hardware: the unmeasured figures of a Blackwell
-        profile (issue 16, regime 7); empty where the profile's figures are measured."""
+        profile (issue 16, regime 7), where the profile's figures are not measured; and the per-GPU
+        speed variation the step's wait for its slowest GPU prices (``stragglers``)."""
         note = profile_assumption(self.job.cluster.gpu, self.profile)
-        return [note] if note else []
+        return ([note] if note else []) + [straggler_assumption(self)]
 
     @property
     def expected_error(self) -> dict[str, Any]:
@@ -188,6 +196,21 @@ class Prediction:
         }
 
 
+def straggler_assumption(p: Prediction) -> str:
+    """What the step assumes of per-GPU speed: the expected wait for the slowest GPU it prices."""
+    c = p.job.cluster
+    sm = c.stragglers
+    wait = p.breakdown_s.get("stragglers", 0.0)
+    if sm.off or wait <= 0:
+        return ("every GPU at the mean speed: no wait for a slowest GPU priced"
+                + (" (stragglers off)" if sm.off else f" ({c.num_gpus} GPU)" if c.num_gpus == 1 else ""))
+    slow = (f", {sm.slow_node_fraction * 100:g}% of nodes {sm.slow_node_slowdown * 100:g}% slower"
+            if sm.slow_node_fraction > 0 and sm.slow_node_slowdown > 0 else "")
+    return (f"the slowest of {c.num_gpus:,} GPUs paces the step: +{wait / (p.step_time_s - wait) * 100:.1f}% "
+            f"('stragglers': GPU speed cv {sm.gpu_speed_cv * 100:g}%, each node's hottest GPU "
+            f"{sm.thermal_slowdown * 100:g}% slower{slow}); sim replays the mean GPU")
+
+
 from .workload.ops import Phase as _Phase  # noqa: E402
 
 _RECOMPUTE = _Phase.RECOMPUTE
@@ -215,21 +238,23 @@ def predict(model: str | Path | ModelSpec | None = None, *, gpu: str | None = No
             cluster: str | ClusterSpec | None = None, gpus_per_node: int | None = None,
             plan: str | Plan | None = None, micro_batch: int | None = None, global_batch: int | None = None,
             seq_len: int | None = None, precision: str | None = None, framework: str = "megatron",
-            profile: HardwareProfile | str | Path | None = None) -> Prediction:
+            profile: HardwareProfile | str | Path | None = None, stragglers: Any = None) -> Prediction:
     """Predict one training iteration. Every argument has a default: with no model, plan, cluster,
     GPU or GPU count given it is the built-in default job that `clustertwin predict` runs (Llama 3 8B
     on 64 H100s, clustertwin.jobs); otherwise the model defaults to Llama 3 8B and the rest to what
     the job implies. ``profile``: a HardwareProfile or a measured profile file; default: the GPU's
-    shipped profile, else its architecture's defaults."""
+    shipped profile, else its architecture's defaults. ``stragglers``: the fleet's per-GPU speed
+    variation, what the step waits for in its ``stragglers`` part (``jobs.with_stragglers``): None the
+    cluster's (the sourced defaults), False off (every GPU at the mean speed), or {field: value}."""
     args = (model, gpu, num_gpus, cluster, gpus_per_node, plan, micro_batch, global_batch, seq_len, precision,
-            framework)
+            framework, stragglers)
     key = args if profile is None and all(_plain(a) for a in args) else None
     if key is not None and key in _BY_NAMES:
         return _BY_NAMES[key]
     job = job_from_options(JobOptions(model=model, gpu=gpu, num_gpus=num_gpus, cluster=cluster,
                                       gpus_per_node=gpus_per_node, plan=plan, micro_batch=micro_batch,
                                       global_batch=global_batch, seq_len=seq_len, precision=precision,
-                                      framework=framework))
+                                      framework=framework, stragglers=stragglers))
     pred = predict_job(job, profile)
     if key is not None:
         if len(_BY_NAMES) >= _BY_NAMES_MAX:

@@ -130,7 +130,9 @@ Roofline mode (compute time from each node's `num_ops` and `tensor_size`): use
 The congestion-aware binary takes a 1-D network only; this network has
 {len(dims['npus_count'])} dimension(s), so run the congestion-unaware one. What ASTRA-sim does with the
 groups, and where its step differs from clustertwin's: see clustertwin's docs/trace.md (checked with
-astra-sim commit 518bd51, 2026-03).
+astra-sim commit 518bd51, 2026-03). Every rank's kernels are timed at the mean GPU speed: compare
+ASTRA-sim's step with `clustertwin predict`'s step less its `stragglers` part (the expected wait for
+the slowest GPU, which no rank of these traces runs).
 """
 
 

@@ -141,6 +141,9 @@ def sim(job: JobOptions, profile: Optional[Path],
     result = simulate(tj, slow_rank=slow_rank, slowdown=1.1 if slowdown is None else slowdown, profile=prof)
     pred = predict_job(tj, prof)
     predicted = pred.step_time_s
+    # the replay runs every GPU at the mean speed (a slow one only by --slow-rank): it compares with
+    # predict's step less its expected wait for the slowest GPU
+    waits = pred.breakdown_s.get("stragglers", 0.0)
     events = None
     if timeline is not None:
         from .perfetto import write_perfetto
@@ -148,13 +151,14 @@ def sim(job: JobOptions, profile: Optional[Path],
     if as_json:
         data = result.to_json()
         data["predicted_step_time_s"] = predicted
+        data["predicted_stragglers_s"] = waits
         data["fits"] = pred.fits
         data["memory_per_gpu_bytes"] = pred.memory.total_bytes
         if timeline is not None:
             data["timeline"] = {"file": str(timeline), "events": events}
         _emit(data)
         return
-    print_all(console, sim_tables(result, predicted, pred.memory))
+    print_all(console, sim_tables(result, predicted, pred.memory, waits))
     if timeline is not None:
         console.print(f"timeline: {events:,} events in {timeline} (open in https://ui.perfetto.dev)")
 

@@ -44,7 +44,9 @@ COMPUTE_CATS = ("gemm", "attention", "elementwise", "embedding", "conv", "other"
 BREAKDOWN = ("compute", "optimizer", "exposed_comm", "exposed_p2p", "rest")
 # predict's breakdown fields folded into the measured ones
 PREDICTED_FIELDS = {"compute": ("compute", "recompute"), "optimizer": ("optimizer",),
-                    "exposed_comm": ("tp_comm", "cp_comm", "ep_comm", "dp_comm", "moe_imbalance"),
+                    # the wait for the slowest GPU: a faster rank's trace shows it inside the collective
+                    # kernels that wait for the slow one
+                    "exposed_comm": ("tp_comm", "cp_comm", "ep_comm", "dp_comm", "moe_imbalance", "stragglers"),
                     "exposed_p2p": ("pp_comm",), "rest": ("bubble", "other")}
 
 

@@ -168,7 +168,7 @@ def checkpoint_costs(prediction, config: CheckpointConfig) -> CheckpointCosts:
             # GEMINI (Wang et al., SOSP'23) sec. 3.2: checkpoint traffic is cut into chunks sent from GPU memory
             # through a small GPU buffer in the spans when training leaves the network idle, so it checkpoints
             # every iteration without a stall (its Fig. 7: iteration time unchanged); durable by the step's end
-            blocking, persist = 0.0, prediction.step_time_s
+            blocking, persist = 0.0, prediction.mean_gpu_step_time_s
         else:
             # what does not fit in the idle spans delays the step (sec. 3.2: it "prolong[s] the iteration time")
             blocking, persist = peer - idle, 0.0
@@ -182,11 +182,13 @@ def network_idle_s(prediction) -> float:
     """Seconds per step the scale-out network is left idle by training: the step less its exposed
     communication on the network (data-, pipeline-, context- and expert-parallel; tensor-parallel only where
     a TP group spans nodes). Traffic hidden under compute is not in the breakdown, so this is the most idle
-    time the step can have (GEMINI profiles the real spans; its Fig. 8 finds idle time left every iteration)."""
+    time the step can have (GEMINI profiles the real spans; its Fig. 8 finds idle time left every iteration).
+    The wait for the slowest GPU (``stragglers``) is not idle time here: the node of the slowest GPU, whose
+    checkpoint must fit too, computes through it, so its idle time is that of the step at the mean speed."""
     b = prediction.breakdown_s
     plan, g = prediction.graph.plan, prediction.job.cluster.gpus_per_node
     keys = ["dp_comm", "pp_comm", "cp_comm", "ep_comm"] + (["tp_comm"] if plan.tp > g else [])
-    return max(0.0, prediction.step_time_s - sum(b.get(k, 0.0) for k in keys))
+    return max(0.0, prediction.mean_gpu_step_time_s - sum(b.get(k, 0.0) for k in keys))
 
 
 @dataclass(frozen=True)

@@ -55,13 +55,15 @@ PageableCopyBandwidthOpt = typer.Option(None, "--pageable-copy-bandwidth",
 SerializeBandwidthOpt = typer.Option(None, "--serialize-bandwidth",
                                      help="torch.save serialisation per process, e.g. 700MB/s [default 2/3 GiB/s]")
 HotSparesOpt = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones")
-NoStragglersOpt = typer.Option(False, "--no-stragglers", help="leave out per-GPU speed variation")
+NoStragglersOpt = opts.NoStragglersOpt     # the shared job flag (cli_options); kept for importers
 
 
 def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint_interval, checkpoint_mode,
-                    checkpoint_writers, storage_bandwidth, node_storage_bandwidth, hot_spares, no_stragglers,
+                    checkpoint_writers, storage_bandwidth, node_storage_bandwidth, hot_spares, stragglers=None,
                     pageable_copy_bandwidth=None, serialize_bandwidth=None, **extra) -> dict:
-    """The keyword options of estimate_goodput from the shared command-line options (checked)."""
+    """The keyword options of estimate_goodput from the shared command-line options (checked).
+    ``stragglers``: the job's (JobOptions.stragglers, from the shared --no-stragglers, --straggler-cv
+    and --thermal-slowdown): the prediction's cluster carries them, and goodput reads them there."""
     if hot_spares is not None and hot_spares < 0:
         raise SpecError("hot_spares", f"{hot_spares} must be non-negative", "give a number of idle nodes, e.g. 2")
     _no_bare_number("checkpoint-interval", checkpoint_interval, "30min (or auto)")
@@ -80,7 +82,7 @@ def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint
                 storage_write_bandwidth_bytes_per_s=storage_bandwidth,
                 storage_read_bandwidth_bytes_per_s=storage_bandwidth,
                 node_storage_bandwidth_bytes_per_s=node_storage_bandwidth, hot_spares=hot_spares,
-                stragglers=not no_stragglers, **extra)
+                stragglers=stragglers is not False, **extra)
 
 
 def register(app: typer.Typer) -> None:
@@ -97,11 +99,7 @@ def register(app: typer.Typer) -> None:
                 node_storage_bandwidth: Optional[str] = NodeStorageBandwidthOpt,
                 pageable_copy_bandwidth: Optional[str] = PageableCopyBandwidthOpt,
                 serialize_bandwidth: Optional[str] = SerializeBandwidthOpt,
-                hot_spares: Optional[int] = HotSparesOpt, no_stragglers: bool = NoStragglersOpt,
-                straggler_cv: Optional[float] = typer.Option(None, "--straggler-cv",
-                                                             help="per-GPU speed variation, std/mean [default 0.01]"),
-                thermal_slowdown: Optional[float] = typer.Option(None, "--thermal-slowdown",
-                                                                 help="hottest GPU of a node this much slower [default 0.015]"),
+                hot_spares: Optional[int] = HotSparesOpt,
                 monte_carlo: int = typer.Option(0, "--monte-carlo", help="also simulate N runs (confidence interval)"),
                 seed: int = typer.Option(0, "--seed", help="random seed of the Monte Carlo runs"),
                 fleet: Optional[str] = typer.Option(None, "--fleet",
@@ -133,9 +131,6 @@ def register(app: typer.Typer) -> None:
             raise SpecError("monte_carlo", f"{monte_carlo} runs is out of range", f"give 1 to {MAX_MONTE_CARLO_RUNS:,} (0 = off)")
         if seed < 0:
             raise SpecError("seed", f"{seed} must be non-negative", "e.g. --seed 0")
-        for name, value in (("straggler_cv", straggler_cv), ("thermal_slowdown", thermal_slowdown)):
-            if value is not None and not (0.0 <= value <= 0.5):
-                raise SpecError(name, f"{value} is out of range", "give a fraction from 0 to 0.5, e.g. 0.01")
         from .policies import parse_policy
         if gpu_hour_price is not None and not (math.isfinite(gpu_hour_price) and gpu_hour_price > 0):
             raise SpecError("gpu_hour_price", f"{gpu_hour_price} must be a positive price", "e.g. --gpu-hour-price 2.5")
@@ -159,8 +154,8 @@ def register(app: typer.Typer) -> None:
                                   storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
                                   pageable_copy_bandwidth=pageable_copy_bandwidth,
                                   serialize_bandwidth=serialize_bandwidth,
-                                  hot_spares=hot_spares, no_stragglers=no_stragglers, gpu_speed_cv=straggler_cv,
-                                  thermal_slowdown=thermal_slowdown, monte_carlo_runs=monte_carlo, seed=seed,
+                                  hot_spares=hot_spares, stragglers=job.stragglers, monte_carlo_runs=monte_carlo,
+                                  seed=seed,
                                   fleet=fleet, gpu_hour_price=gpu_hour_price, policy=policy,
                                   **({"init_scaling": init_scaling.strip().lower()} if init_scaling else {}),
                                   **({"reschedule_s": replace_time} if replace_time else {}),

@@ -41,7 +41,7 @@ from .checkpoint import CheckpointConfig, CheckpointCosts, RestartModel, checkpo
 from .policies import PolicyEffects
 from .recovery import RecoveryParts
 from .failures import FailureModel, load_failure_model
-from .stragglers import StragglerModel, expected_group_slowdown, step_slowdown_from_group
+from .stragglers import StragglerModel, base_step_time_s, expected_group_slowdown, step_slowdown_from_group
 
 MAX_STEPS = 2.0 ** 53          # steps must be countable exactly in a float64
 MAX_MONTE_CARLO_RUNS = 100_000
@@ -256,6 +256,9 @@ class GoodputEstimate:
     num_gpus: int = 0
     gpu_hour_price: float | None = None
     fail_slow_events: float = 0.0
+    # the ideal's step: every GPU at the mean speed (predict's step less its ``stragglers`` part), or the
+    # measured step given; ``step_time_s`` is the step the run trains at, the wait for the slowest GPU in
+    ideal_step_time_s: float = 0.0
 
     @property
     def job_mttf_s(self) -> float:
@@ -308,6 +311,7 @@ class GoodputEstimate:
             "memory_per_gpu_bytes": self.memory_per_gpu_bytes,
             "hbm_bytes": self.hbm_bytes,
             "step_time_s": self.step_time_s,
+            "ideal_step_time_s": self.ideal_step_time_s,
             "tokens": self.tokens,
             "steps": self.steps,
             "ideal_time_to_train_s": self.ideal_time_to_train_s,
@@ -525,7 +529,9 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
     job = prediction.job
     cluster = job.cluster
     steps = _count_steps(tokens, job.tokens_per_step)
-    step = opts.step_time_s if opts.step_time_s is not None else prediction.step_time_s
+    # the ideal step: every GPU at the mean speed (the prediction's step less its wait for the slowest
+    # GPU, which the straggler model below prices again: the same model, counted once)
+    step = opts.step_time_s if opts.step_time_s is not None else base_step_time_s(prediction)
     # failures: a fleet sets the failure model (and fail-slow events, and how init scales)
     fleet = None
     if opts.fleet is not None:
@@ -546,13 +552,18 @@ def build_params(prediction, tokens: float, opts: GoodputOptions) -> tuple[RunPa
     mu = fm.planned_rate_per_s(cluster) if opts.planned_interruptions else 0.0
     fail_slow = fleet.fail_slow if fleet is not None else FailSlow()
     # stragglers
-    sm = StragglerModel(**{k: getattr(opts, k) for k in StragglerModel.model_fields if getattr(opts, k) is not None})
+    # the cluster's fleet (its StragglerModel priced the step's ``stragglers`` part), with any field given here
+    sm = cluster.stragglers.model_copy(update={k: getattr(opts, k) for k in StragglerModel.model_fields
+                                               if getattr(opts, k) is not None})
     if opts.stragglers:
         group = expected_group_slowdown(cluster.num_gpus, cluster.gpus_per_node, sm)
         slow = step_slowdown_from_group(prediction, group)
     else:
         group = slow = 0.0
-    step_eff = step * (1.0 + slow)
+    # the step the run trains at: predict's own step where goodput's straggler model is the one that priced
+    # its ``stragglers`` part (the same number, to the last bit), else the ideal step stretched by the wait
+    same = opts.step_time_s is None and opts.stragglers and sm == cluster.stragglers
+    step_eff = prediction.step_time_s if same else step * (1.0 + slow)
     # policy, checkpoints and restarts
     parts = parse_policy(opts.policy)
     cfg_fields = {k: getattr(opts, k) for k in CheckpointConfig.model_fields
@@ -649,7 +660,7 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     params = params.with_interval(k)
     res = expected_time(params)
     assert isinstance(res, AnalyticResult)
-    step_s = opts.step_time_s if opts.step_time_s is not None else prediction.step_time_s
+    step_s = opts.step_time_s if opts.step_time_s is not None else base_step_time_s(prediction)
     ideal = steps * step_s
     lost = {"checkpointing": res.checkpointing_s, "rework": res.rework_s, "restart": res.restart_s,
             "stragglers": params.work_s - ideal}
@@ -666,7 +677,8 @@ def estimate_goodput(prediction, tokens: float | str | None = None, **options: A
     assert isinstance(t_young, AnalyticResult)
     g_young = ideal / t_young.total_s if math.isfinite(t_young.total_s) else 0.0
     est = GoodputEstimate(
-        tokens=float(parse_quantity(tokens, "count", "tokens")), steps=steps, step_time_s=step_s,
+        tokens=float(parse_quantity(tokens, "count", "tokens")), steps=steps, step_time_s=params.step_s,
+        ideal_step_time_s=step_s,
         ideal_time_to_train_s=ideal, expected_time_to_train_s=res.total_s,
         checkpoint_interval_s=params.tau_s, checkpoint_interval_steps=k, expected_failures=res.failures,
         expected_planned_interruptions=res.planned, lost_s=lost, mtbf_s=mtbf,

@@ -22,6 +22,10 @@ Only the compute-bound part of a step stretches (compute, recomputation, pipelin
 optimizer); exposed communication does not. In a pipeline the slowest stage stretches m of the
 m + (p-1)/v micro-batch slots; data parallelism makes every replica wait for the slowest one.
 
+The model and its expected group slowdown live in the pricing core (``schedule/stragglers.py``), which
+prices the step's ``stragglers`` part with them; this module turns them into goodput's straggler loss
+and one slow node's effect, over the step with every GPU at the mean speed (``base_step_time_s``).
+
 >>> round(expected_group_slowdown(1, 8, StragglerModel()), 6)
 0.0
 >>> 0.03 < expected_group_slowdown(16384, 8, StragglerModel()) < 0.07
@@ -30,111 +34,36 @@ True
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
-import numpy as np
-from pydantic import Field
-
-from ..specs.model import Frozen
-
-# Parts of the step breakdown that stretch with a slower GPU (the rest is exposed communication).
-COMPUTE_PARTS = ("compute", "recompute", "bubble")
-LOCAL_PARTS = ("optimizer",)
-
-_ERF = np.frompyfunc(math.erf, 1, 1)
+from ..schedule.stragglers import (COMPUTE_PARTS, LOCAL_PARTS, PART, StragglerModel,  # noqa: F401 (re-exported)
+                                   expected_group_slowdown, pipeline_factor, stretched_s)
 
 
-class StragglerModel(Frozen):
-    gpu_speed_cv: float = Field(0.01, ge=0.0, le=0.5,
-                                description="per-GPU sustained speed variation, std/mean (Sinha et al. SC'22)")
-    thermal_slowdown: float = Field(0.015, ge=0.0, le=0.5,
-                                    description="the hottest GPU of each node is this much slower (Lit Silicon; "
-                                                "Llama 3 sec. 3.3.4: 1-2% from temperature)")
-    slow_node_fraction: float = Field(0.0, ge=0.0, le=1.0, description="share of nodes that are fail-slow")
-    slow_node_slowdown: float = Field(0.10, ge=0.0, le=10.0,
-                                      description="slowdown of a fail-slow node (MegaScale sec. 6.3: ~10%)")
-
-    @property
-    def off(self) -> bool:
-        return self.gpu_speed_cv == 0 and self.thermal_slowdown == 0 and (
-            self.slow_node_fraction == 0 or self.slow_node_slowdown == 0)
-
-
-def _phi(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + _ERF(z / math.sqrt(2.0)).astype(float))
-
-
-def expected_group_slowdown(n_gpus: int, gpus_per_node: int, model: StragglerModel) -> float:
-    """Expected slowdown of the slowest of ``n_gpus`` synchronous GPUs relative to the mean GPU."""
-    if n_gpus <= 1 or model.off:
-        return 0.0
-    return _group_slowdown(int(n_gpus), int(gpus_per_node), model.gpu_speed_cv, model.thermal_slowdown,
-                           model.slow_node_fraction, model.slow_node_slowdown)
-
-
-@lru_cache(maxsize=4096)
-def _group_slowdown(n_gpus: int, gpus_per_node: int, s: float, t: float, f: float, d: float) -> float:
-    g = max(1, gpus_per_node)
-    t = t if g > 1 else 0.0
-    full_nodes, rest = divmod(n_gpus, g)
-    # mean slowdown of one GPU: the hottest of g carries t, a slow node carries d
-    mean = t / g + f * d
-    if s == 0.0:
-        # deterministic per-GPU speeds: the maximum is t (if a hottest GPU is in the group) plus d if any node is slow
-        k = full_nodes + (1 if rest else 0)
-        has_hot = t if (full_nodes or rest == g) else t * rest / g
-        return max(0.0, has_hot + d * (1.0 - (1.0 - f) ** k) - mean)
-    lo = -8.0 * s
-    hi = t + d + 9.0 * s
-    x = np.linspace(lo, hi, 4001)
-
-    def node_cdf(members: int, hot_share: float) -> np.ndarray:
-        """P(max slowdown of ``members`` GPUs of one node <= x); the node's hottest GPU is among them
-        with probability ``hot_share``."""
-        def cdf_at(shift: float) -> np.ndarray:
-            base = _phi((x - shift) / s)
-            hot = _phi((x - shift - t) / s)
-            with_hot = base ** (members - 1) * hot
-            without = base ** members
-            return hot_share * with_hot + (1.0 - hot_share) * without
-        return (1.0 - f) * cdf_at(0.0) + f * cdf_at(d) if f > 0 else cdf_at(0.0)
-
-    log_cdf = np.zeros_like(x)
-    with np.errstate(divide="ignore"):
-        if full_nodes:
-            log_cdf += full_nodes * np.log(node_cdf(g, 1.0))
-        if rest:
-            log_cdf += np.log(node_cdf(rest, rest / g))
-    cdf = np.exp(log_cdf)
-    e_max = lo + float(np.trapezoid(1.0 - cdf, x)) if hasattr(np, "trapezoid") else lo + float(np.trapz(1.0 - cdf, x))
-    return max(0.0, e_max - mean)
-
-
-def pipeline_factor(num_microbatches: int, pp: int, vpp: int = 1) -> float:
-    """Share of a pipeline's compute-plus-bubble time that stretches when its slowest stage slows:
-    the slowest stage runs all m micro-batches of the m + (p-1)/v slots (1F1B, Narayanan et al. 2021)."""
-    m = max(1, num_microbatches)
-    return m / (m + (pp - 1) / max(1, vpp))
+def base_step_time_s(prediction) -> float:
+    """The step time with every GPU at the mean speed: the prediction's step less its ``stragglers`` part."""
+    return prediction.mean_gpu_step_time_s
 
 
 def step_slowdown_from_group(prediction, group_slowdown: float) -> float:
-    """Relative step-time increase when the slowest GPU of the job is ``group_slowdown`` slower."""
-    b = prediction.breakdown_s
-    step = prediction.step_time_s
+    """Relative step-time increase when the slowest GPU of the job is ``group_slowdown`` slower, over
+    the step with every GPU at the mean speed (``base_step_time_s``)."""
+    step = base_step_time_s(prediction)
     if step <= 0 or group_slowdown <= 0:
         return 0.0
     plan = prediction.graph.plan
-    pf = pipeline_factor(prediction.graph.num_microbatches, plan.pp, plan.vpp)
-    stretch = pf * sum(b.get(k, 0.0) for k in COMPUTE_PARTS) + sum(b.get(k, 0.0) for k in LOCAL_PARTS)
-    return group_slowdown * stretch / step
+    return group_slowdown * stretched_s(prediction.breakdown_s, prediction.graph.num_microbatches, plan.pp,
+                                        plan.vpp) / step
 
 
-def expected_step_slowdown(prediction, model: StragglerModel) -> float:
-    """Expected relative step-time increase of the whole (synchronous) job from stragglers.
+def expected_step_slowdown(prediction, model: StragglerModel | None = None) -> float:
+    """Expected relative step-time increase of the whole (synchronous) job from stragglers, over the
+    step with every GPU at the mean speed; ``model``: default the cluster's (then it is the prediction's
+    ``stragglers`` part over that step).
 
     The job is one synchronous group: TP and CP synchronise every layer, PP every micro-batch, and DP
     (gradient reduction) every step, so every GPU of the job waits for the slowest."""
     c = prediction.job.cluster
+    model = c.stragglers if model is None else model
     return step_slowdown_from_group(prediction, expected_group_slowdown(c.num_gpus, c.gpus_per_node, model))
 
 

@@ -71,7 +71,7 @@ def register(app: typer.Typer) -> None:
             no_planned: bool = rc.NoPlannedOpt, checkpoint_mode: str = rc.CheckpointModeOpt,
             checkpoint_writers: str = rc.CheckpointWritersOpt, storage_bandwidth: Optional[str] = rc.StorageBandwidthOpt,
             node_storage_bandwidth: Optional[str] = rc.NodeStorageBandwidthOpt,
-            hot_spares: Optional[int] = rc.HotSparesOpt, no_stragglers: bool = rc.NoStragglersOpt,
+            hot_spares: Optional[int] = rc.HotSparesOpt,
             # output
             out: Path = typer.Option(Path("report.html"), "--out", "-o", help="the HTML page to write"),
             json_out: Optional[Path] = typer.Option(None, "--json", help="also write the page's data as JSON (- for stdout)"),
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
                                      no_planned=no_planned, checkpoint_interval=checkpoint_interval,
                                      checkpoint_mode=checkpoint_mode, checkpoint_writers=checkpoint_writers,
                                      storage_bandwidth=storage_bandwidth, node_storage_bandwidth=node_storage_bandwidth,
-                                     hot_spares=hot_spares, no_stragglers=no_stragglers)
+                                     hot_spares=hot_spares, stragglers=job.stragglers)
         with _progress(quiet) as (step, priced):
             data = build_report(**job.as_kwargs(), tokens=tokens, goodput_options=options,
                                 search=not no_search, top=top, objective=objective, fix=fix,

@@ -483,10 +483,10 @@ def goodput_tables(pred: Prediction, est: "GoodputEstimate") -> list:
             f"{est.tokens / 1e12:,.3g}T tokens in {est.steps:,} steps")
     ck, rs = est.checkpoint, est.restart
     rows = [
-        ("step time", f"{_dur(est.step_time_s)}" + (f" ({_dur(est.step_time_s * (1 + est.straggler_slowdown))} with "
-                                                    f"stragglers, +{est.straggler_slowdown * 100:.1f}%)"
+        ("step time", f"{_dur(est.step_time_s)}" + (f" ({_dur(est.ideal_step_time_s)} at the mean GPU speed, "
+                                                    f"+{est.straggler_slowdown * 100:.1f}% waiting for the slowest GPU)"
                                                     if est.straggler_slowdown > 0 else "")),
-        ("ideal", f"{_dur(est.ideal_time_to_train_s)} (every step at the predicted speed, no failures)"),
+        ("ideal", f"{_dur(est.ideal_time_to_train_s)} (every step at the mean GPU speed, no failures)"),
         ("expected", _dur(est.expected_time_to_train_s)),
         ("goodput", f"{est.goodput * 100:.1f}% (effective training time {est.effective_training_time_ratio * 100:.1f}%)"),
         ("failures", f"MTBF {_dur(est.mtbf_s)} ({est.failure_model}); {est.expected_failures:,.0f} expected"
@@ -520,17 +520,23 @@ def goodput_tables(pred: Prediction, est: "GoodputEstimate") -> list:
 
 
 # ---- sim ----------------------------------------------------------------------------------------
-def sim_tables(result: "SimResult", predicted_step_time_s: float, memory: Any = None) -> list:
+def sim_tables(result: "SimResult", predicted_step_time_s: float, memory: Any = None,
+               predicted_stragglers_s: float = 0.0) -> list:
     """`clustertwin sim`: the job line, the replay against predict (and, given the prediction's
     ``memory``, whether the plan fits: a time of a plan that does not fit is flagged), and one row per
-    simulated rank."""
+    simulated rank. The replay runs every GPU at the mean speed, so it is compared with predict's step
+    less ``predicted_stragglers_s``, its expected wait for the slowest GPU."""
     job, g = result.job, result.graph
     out: list[Any] = [f"{job.model.name} on {job.cluster.num_gpus:,} x {job.cluster.gpu.name} · {g.plan.short()} · "
                       f"{g.num_microbatches} micro-batches · {job.framework}"]
     predicted = predicted_step_time_s
     base = result.baseline_step_time_s if result.baseline_step_time_s is not None else result.step_time_s
     rows = [("step time (sim)", format_duration(base) + (" without the slow GPU" if result.slow_rank is not None else "")),
-            ("step time (predict)", f"{format_duration(predicted)} (sim {100 * (base / predicted - 1):+.1f}%)")]
+            ("step time (predict)", f"{format_duration(predicted)} (sim {100 * (base / predicted - 1):+.1f}%)"
+             if predicted_stragglers_s <= 0 else
+             f"{format_duration(predicted)}, of which {format_duration(predicted_stragglers_s)} waiting for the "
+             f"slowest GPU, which the replay leaves out (sim "
+             f"{100 * (base / (predicted - predicted_stragglers_s) - 1):+.1f}% against the rest)")]
     if result.slow_rank is not None:
         rows.append(("with the slow GPU", f"{format_duration(result.step_time_s)} "
                                           f"({100 * (result.step_time_s / base - 1):+.1f}%): "

@@ -59,7 +59,7 @@ def build_report(model: Any = None, *, gpu: str | None = None, num_gpus: int | N
                  fix: str | dict | None = None, max_memory_fraction: float = 1.0, pareto_points: int = 3,
                  gpu_hour_price: float | None = None, sample: int = DEFAULT_SAMPLE, seed: int = 0,
                  on_step: Callable[[str], None] | None = None,
-                 on_progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+                 on_progress: Callable[[int, int], None] | None = None, stragglers: Any = None) -> dict[str, Any]:
     """The report's data. The job arguments are every command's (clustertwin.jobs.JobOptions), the
     rest the search's and goodput's; without ``plan`` (and with a model, cluster or GPU count given)
     the search's best plan is the chosen one, searched over the job of ``search_inputs`` (the plan
@@ -73,7 +73,7 @@ def build_report(model: Any = None, *, gpu: str | None = None, num_gpus: int | N
         raise SpecError("seed", f"{seed!r} must be a non-negative integer", "e.g. --seed 0")
     options = JobOptions(model=model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node,
                          plan=plan, micro_batch=micro_batch, global_batch=global_batch, seq_len=seq_len,
-                         precision=precision, framework=framework)
+                         precision=precision, framework=framework, stragglers=stragglers)
     search_args: dict[str, Any] = dict(top=top, objective=objective, max_memory_fraction=max_memory_fraction,
                        pareto_points=pareto_points, gpu_hour_price=gpu_hour_price)
 
@@ -453,7 +453,8 @@ def _timeline(pred) -> dict[str, Any]:
         sends = sum(1 for t in rank.tasks if t.stream == "pp_comm")
         stages.append({"stage": rank.stage, "rank": rank.rank, "represents": rank.represents,
                        "end_s": rank.end_s, "pipeline_sends": sends, "bars": bars})
-    return {"step_time_s": step, "analytic_step_time_s": pred.step_time_s, "pp": plan.pp, "vpp": plan.vpp,
+    return {"step_time_s": step, "analytic_step_time_s": pred.step_time_s,
+            "analytic_stragglers_s": pred.breakdown_s.get("stragglers", 0.0), "pp": plan.pp, "vpp": plan.vpp,
             "num_microbatches": r.num_microbatches, "tasks_simulated": r.tasks_simulated, "stages": stages}
 
 

@@ -32,7 +32,7 @@ _GIB = 2.0 ** 30
 # colours (colour-blind safe, Okabe-Ito / Tableau)
 _PART_COLORS = {"compute": "#4C78A8", "recompute": "#9ECAE9", "tp_comm": "#F58518", "cp_comm": "#FFBF79",
                 "ep_comm": "#E45756", "pp_comm": "#B279A2", "dp_comm": "#54A24B", "bubble": "#BAB0AC",
-                "optimizer": "#D62728", "other": "#79706E"}
+                "optimizer": "#D62728", "other": "#79706E", "stragglers": "#FF9DA6"}
 _MEM_COLORS = {"weights": "#4C78A8", "gradients": "#F58518", "optimizer": "#54A24B", "activations": "#E45756",
                "other": "#BAB0AC"}
 _TL_COLORS = {"forward": "#4C78A8", "backward": "#F58518", "optimizer": "#D62728", "grad_sync": "#54A24B",
@@ -385,7 +385,11 @@ def _view_timeline(go, d: dict) -> str:
     fig.update_xaxes(title_text=f"time in the iteration ({unit})", range=[0, step * scale * 1.01])
     cap = (f"Discrete-event replay of one iteration ({tl['num_microbatches']} micro-batches per stage, pp={pp}"
            + (f", vpp={tl['vpp']}" if tl["vpp"] > 1 else "") + f"): {_fmt_s(step)} against the analytic "
-           f"{_fmt_s(tl['analytic_step_time_s'])}. One row per pipeline stage: compute above (numbers are "
+           f"{_fmt_s(tl['analytic_step_time_s'])}"
+           + (f" ({_fmt_s(tl['analytic_step_time_s'] - tl['analytic_stragglers_s'])} without the wait for the "
+              "slowest GPU, which the replay, every GPU at the mean speed, leaves out)"
+              if tl.get("analytic_stragglers_s", 0.0) > 0 else "")
+           + ". One row per pipeline stage: compute above (numbers are "
            "micro-batches), data-parallel communication below; pipeline sends are left out.")
     return _section("timeline", cap, _div(fig, "timeline", h))
 

@@ -41,6 +41,7 @@ from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_ke
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
 from ..workload.ops import OpKind, Phase
 from ..workload.transformer import LayerContext, embedding_ops, head_ops, layer_ops, mtp_ops, stack_contexts, stack_key
+from .stragglers import job_group_slowdown
 from .memory import DUALPIPE, MemoryEstimate, cp_ring_transient_bytes, in_flight, layer_activation_bytes, stage_memory
 from .step import (EP_OVERLAP_COMM_SMS, OVERLAP_SLOWDOWN, ManyPricer, Pricer, StageTime, StepEstimate, accumulate_ops,
                    compose_step, dualpipe_rank, exposed_cp, exposed_fsdp, exposed_tp, hidden_cp, pass_walls, runs_dualpipe,
@@ -850,6 +851,8 @@ class _Layout:
                     for ag, rs, units, cp, cf, sc, agr, rsr in fsdp]
             params_rows = [_one(x) for x in params_rows]
         decoder = _RowDecoder(self.s_rows, self.sp_rows, rows)
+        # every plan of the batch fills the cluster: the same expected wait for its slowest GPU
+        straggler = job_group_slowdown(plans.cluster)
 
         def memory_of(i: int) -> list[dict]:
             key = (int(r_col[i]), int(z_col[i]))
@@ -899,7 +902,8 @@ class _Layout:
                 gpu = plans.cluster.gpu
                 ep_overlap = (gpu.sm_count, EP_OVERLAP_COMM_SMS[self.pr.dispatcher]) if self.ep_overlap else None
                 breakdown, crit = compose_step(stage_times, self.stage_class, params_of, m_rows, pp, vpp, opp, odp,
-                                               opg, dp_rows, gpu.sm_count if self.dualpipe else 0, ep_overlap)
+                                               opg, dp_rows, gpu.sm_count if self.dualpipe else 0, ep_overlap,
+                                               straggler)
                 step = sum(breakdown.values())
                 if not isinstance(step, np.ndarray):
                     step = np.array([step])

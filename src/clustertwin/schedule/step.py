@@ -29,6 +29,7 @@ from ..cost.network import NetworkPricer
 from ..cost.profile import HardwareProfile, default_profile
 from ..parallel.layout import group_placements
 from .groups import microbatch_groups
+from .stragglers import straggler_s
 from ..specs.hardware import ClusterSpec
 from ..specs.plan import ep_overlap_layout
 from ..workload.graph import WorkloadGraph
@@ -36,7 +37,7 @@ from ..workload.ops import Op, OpKind, Phase, is_score_gemm
 from ..workload.transformer import LAST_STEP_CP
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "moe_imbalance", "pp_comm", "dp_comm",
-                  "bubble", "optimizer", "other")
+                  "bubble", "optimizer", "other", "stragglers")
 
 # Megatron-Core buckets gradients (bucket_size = max(40M, 1M x dp) elements); the last bucket's
 # reduction starts only when the backward ends, so it is never hidden.
@@ -569,7 +570,7 @@ def ring_wrap_sends(m, p: int, v: int, send_s, pass_s):
 
 def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class_params: Sequence, m, p: int, v: int,
                  overlap_pp: bool, overlap_dp: bool, overlap_param_gather: bool, dp: Num = 1, dualpipe_sms: int = 0,
-                 ep_overlap: tuple[int, float] | None = None):
+                 ep_overlap: tuple[int, float] | None = None, straggler_slowdown: float = 0.0):
     """The step of a pipeline from its priced stages: ``classes`` are the distinct stages (each a
     StageTime, ``stage`` its first index, in order), ``stage_class[i]`` the class of stage i.
     Returns (breakdown, index of the critical class). Works on floats (predict) and on arrays of
@@ -586,7 +587,11 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
 
     ``ep_overlap`` ((the GPU's SM count, the SMs the all-to-all kernels take); None: off): Megatron-Core's
     EP all-to-all overlap (combined 1F1B, ``ep_overlap_exposed_ep``). The pipeline's fill and drain run
-    unpaired chunks, so the bubble is priced with the all-to-alls exposed."""
+    unpaired chunks, so the bubble is priced with the all-to-alls exposed.
+
+    ``straggler_slowdown``: the expected slowdown of the job's slowest GPU over the mean one
+    (``stragglers.job_group_slowdown``); the step waits for it where it runs at its GPU's pace
+    (``stragglers.straggler_s``), the ``stragglers`` part. The other parts price the mean GPU."""
     if dualpipe_sms:
         # a rank's unpaired chunks (``dualpipe_unpaired``) expose their all-to-alls whole, its pairs
         # what ``dualpipe_pair_ep`` leaves
@@ -724,4 +729,5 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "optimizer": opt,
         "other": m * cs("overhead_s"),
     }
+    breakdown["stragglers"] = straggler_s(breakdown, m, p, v, straggler_slowdown)
     return breakdown, crit

@@ -22,9 +22,10 @@ runs the rest; nothing is redone, nothing duplicated. Every cell's inputs are ch
 cell runs (a misspelt model, FP8 on an A100: one line, exit 2). A cell whose search fails (no plan
 fits, say) is finished too: its file holds one row with ``status = 'error'`` and the reason.
 
-``time_to_train_s`` and ``cost_usd`` mean what ``time_to_train_basis`` says: the ideal time (steps x
-step time) under the time objective, the expected time with failures under cost and goodput; the
-columns ``ideal_time_to_train_s`` and ``expected_time_to_train_s`` hold each where it is known.
+``time_to_train_s`` and ``cost_usd`` mean what ``time_to_train_basis`` says: steps x step time under
+the time objective, the expected time with failures under cost and goodput; the columns
+``ideal_time_to_train_s`` (steps x the step with every GPU at the mean speed, goodput's ideal: the step
+less its ``stragglers`` part) and ``expected_time_to_train_s`` hold each where it is known.
 
     SELECT model, num_gpus, global_batch, plan, step_time_s, mfu
     FROM read_parquet('sweep-out/*.parquet') WHERE status = 'ok' AND rank = 1 ORDER BY model, num_gpus;
@@ -165,7 +166,7 @@ _FLOAT_COLS = ("elapsed_s", "step_time_s", "mfu", "tflops_per_gpu", "tokens_per_
 _BOOL_COLS = ("sp", "overlap_dp_comm", "overlap_param_gather", "overlap_tp_comm", "overlap_pp_comm")
 # time_to_train_basis says what time_to_train_s and cost_usd are: "expected_time_to_train" (failures,
 # checkpoints and restarts counted: cost and goodput objectives with tokens), "steps_x_step_time" (the
-# ideal time: the time objective with tokens), "per_step" (cost of one step, no tokens) or null
+# predicted step, its wait for the slowest GPU included: the time objective with tokens), "per_step" (cost of one step, no tokens) or null
 _STR_COLS = ("cell_id", "model", "cluster", "gpu", "precision", "framework", "objective", "status", "error", "plan",
              "recompute", "bottleneck", "time_to_train_basis")
 

@@ -42,7 +42,7 @@ class RankedPlan:
     cost_usd: float | None = None
     time_to_train_s: float | None = None      # expected (goodput) or steps x step time
     goodput: float | None = None
-    ideal_time_to_train_s: float | None = None     # steps x step time (with --tokens)
+    ideal_time_to_train_s: float | None = None     # steps x the step at the mean GPU speed (with --tokens)
     expected_time_to_train_s: float | None = None  # with failures, checkpoints, restarts (cost, goodput)
     policy: str | None = None                      # the resilience policy priced (goodput_options["policy"])
 
@@ -208,7 +208,7 @@ _COMPUTE_BOUND_BELOW = 0.05
 _MEMORY_FULL_ABOVE = 0.9
 _TAGS = {"bubble": "bubble", "tp_comm": "TP comm", "recompute": "recompute", "dp_comm": "DP comm",
          "pp_comm": "PP comm", "cp_comm": "CP comm", "ep_comm": "MoE a2a", "moe_imbalance": "MoE imbalance",
-         "optimizer": "optimizer"}
+         "optimizer": "optimizer", "stragglers": "slowest GPU"}
 
 
 def _pct(x: float) -> str:
@@ -275,6 +275,9 @@ def bottleneck(p: Prediction) -> str:
                 "or more tokens per expert")
     elif worst == "optimizer":
         text = f"optimizer step {x}; relieve by sharding it (ZeRO-1 or higher, more DP ranks)"
+    elif worst == "stragglers":
+        text = (f"waiting for the slowest of {p.job.cluster.num_gpus:,} GPUs {x} (per-GPU speed variation); "
+                "relieve with fewer GPUs, or by finding and draining slow GPUs and balancing node cooling")
     else:
         text = f"{worst} {x}"
     if mem_share > _MEMORY_FULL_ABOVE:
@@ -289,7 +292,7 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
            fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10, objective: str = "time",
            tokens: float | None = None, gpu_hour_price: float | None = None, pareto_points: int = 3,
            shortlist: int = 200, goodput_options: dict | None = None,
-           progress: Callable[[int, int], None] | None = None) -> SearchResult:
+           progress: Callable[[int, int], None] | None = None, stragglers: Any = None) -> SearchResult:
     """The best plans for a model on a cluster at a global batch and sequence length. ``progress``:
     called as ``progress(plans priced, plans to price)`` while the plans are priced (every GPU count
     of the Pareto view counted in), e.g. clustertwin.progress.progress_bar's update."""
@@ -297,7 +300,8 @@ def search(model: str | Path | ModelSpec, *, gpu: str | None = None, num_gpus: i
     space, estimate_goodput = prepare_search(
         model, gpu=gpu, num_gpus=num_gpus, cluster=cluster, gpus_per_node=gpus_per_node, global_batch=global_batch,
         seq_len=seq_len, precision=precision, framework=framework, fix=fix, max_memory_fraction=max_memory_fraction,
-        top=top, objective=objective, tokens=tokens, gpu_hour_price=gpu_hour_price, pareto_points=pareto_points)
+        top=top, objective=objective, tokens=tokens, gpu_hour_price=gpu_hour_price, pareto_points=pareto_points,
+        stragglers=stragglers)
     m, c = space.model, space.cluster
     evaluator = BatchPricer(space, profile_for(space.cluster.gpu))
     keep = max(top, shortlist) if objective != "time" else top
@@ -373,7 +377,7 @@ def prepare_search(model: str | Path | ModelSpec, *, gpu: str | None = None, num
                    seq_len: int | None = None, precision: str = "bf16", framework: str = "megatron",
                    fix: str | dict | None = None, max_memory_fraction: float = 1.0, top: int = 10,
                    objective: str = "time", tokens: float | None = None, gpu_hour_price: float | None = None,
-                   pareto_points: int = 3) -> tuple[SearchSpace, Any]:
+                   pareto_points: int = 3, stragglers: Any = None) -> tuple[SearchSpace, Any]:
     """Every check of ``search``'s inputs, before it enumerates a plan: the space to search and the
     goodput function (None unless needed). Cheap; a sweep runs it on every cell before the first."""
     if objective not in OBJECTIVES:
@@ -395,7 +399,7 @@ def prepare_search(model: str | Path | ModelSpec, *, gpu: str | None = None, num
             raise SpecError("tokens", "the goodput objective needs the tokens to train", "give --tokens, e.g. 15T")
         estimate_goodput = _goodput_function(required=objective == "goodput")
     m = load_model(model)
-    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node)
+    c = resolve_cluster(gpu, num_gpus, cluster, gpus_per_node, stragglers)
     space = make_space(m, c, global_batch, seq_len or min(m.max_seq_len, 8192), precision=precision,
                        framework=framework, fix=fix, max_memory_fraction=max_memory_fraction)
     return space, estimate_goodput
@@ -421,14 +425,16 @@ def _rank(space: SearchSpace, candidates: list[Candidate], estimate_goodput, tok
         pred = predict_job(job)
         rp = RankedPlan(0, pred, bottleneck(pred))
         if tokens is not None:
-            rp.ideal_time_to_train_s = math.ceil(tokens / job.tokens_per_step) * pred.step_time_s
+            steps = math.ceil(tokens / job.tokens_per_step)
+            # ideal as goodput counts it: every GPU at the mean speed (the step less its wait for the slowest)
+            rp.ideal_time_to_train_s = steps * (pred.step_time_s - pred.breakdown_s.get("stragglers", 0.0))
             if estimate_goodput is not None:
                 est = estimate_goodput(pred, tokens, **(options or {}))
                 rp.time_to_train_s, rp.goodput = est.expected_time_to_train_s, est.goodput
                 rp.expected_time_to_train_s = est.expected_time_to_train_s
                 rp.policy = getattr(getattr(est, "policy", None), "name", None)
             else:
-                rp.time_to_train_s = rp.ideal_time_to_train_s
+                rp.time_to_train_s = steps * pred.step_time_s
         if price is not None:
             seconds = rp.time_to_train_s if rp.time_to_train_s is not None else pred.step_time_s
             rp.cost_usd = seconds / SECONDS_PER_HOUR * space.num_gpus * price

@@ -232,6 +232,33 @@ class NodeSpec(Frozen):
         return self.node_nic_bandwidth / self.gpus_per_node
 
 
+class StragglerModel(Frozen):
+    """Per-GPU speed variation of a cluster's fleet: what a synchronous step waits for (its slowest GPU).
+
+    Each GPU's sustained slowdown relative to the nominal GPU the step model prices is
+    x = e + t [hottest GPU of its node] + d [its node is fail-slow], e ~ Normal(0, cv); the defaults and
+    their sources are the ``stragglers.*`` constants (Sinha et al. SC'22; Lit Silicon and Llama 3 sec.
+    3.3.4; MegaScale sec. 6.3). ``schedule.stragglers`` turns it into the step's ``stragglers`` part."""
+
+    gpu_speed_cv: float = Field(value("stragglers.gpu_speed_cv"), ge=0.0, le=0.5,
+                                description="per-GPU sustained speed variation, std/mean (Sinha et al. SC'22)")
+    thermal_slowdown: float = Field(value("stragglers.thermal_slowdown"), ge=0.0, le=0.5,
+                                    description="the hottest GPU of each node is this much slower (Lit Silicon; "
+                                                "Llama 3 sec. 3.3.4: 1-2% from temperature)")
+    slow_node_fraction: float = Field(value("stragglers.slow_node_fraction"), ge=0.0, le=1.0,
+                                      description="share of nodes that are fail-slow")
+    slow_node_slowdown: float = Field(value("stragglers.slow_node_slowdown"), ge=0.0, le=10.0,
+                                      description="slowdown of a fail-slow node (MegaScale sec. 6.3: ~10%)")
+
+    @property
+    def off(self) -> bool:
+        return self.gpu_speed_cv == 0 and self.thermal_slowdown == 0 and (
+            self.slow_node_fraction == 0 or self.slow_node_slowdown == 0)
+
+
+STRAGGLERS_OFF = StragglerModel(gpu_speed_cv=0.0, thermal_slowdown=0.0, slow_node_fraction=0.0)
+
+
 class ClusterSpec(Frozen):
     """Nodes on a scale-out network."""
 
@@ -266,6 +293,9 @@ class ClusterSpec(Frozen):
                                         description="per collective step on NVLink")
     inter_node_latency_s: float = Field(value("cluster.inter_node_latency_s"), ge=0, le=1e-3,
                                         description="per collective step across the network")
+    stragglers: StragglerModel = Field(default_factory=StragglerModel,
+                                       description="per-GPU speed variation of the fleet: a synchronous step "
+                                                   "waits for its slowest GPU (the step's 'stragglers' part)")
 
     _p_lat: Any = field_validator("intra_node_latency_s", "inter_node_latency_s", mode="before")(classmethod(_q("latency")))
     _p_torus_bw: Any = field_validator("torus_link_bandwidth_bytes_per_s", mode="before")(classmethod(_q("bandwidth")))
