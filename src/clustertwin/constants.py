@@ -731,6 +731,18 @@ _NCCL: list[Constant] = [
     Constant("nccl.net_overhead_simple_factor", 3, "ratio",
              _TUNING_MODEL + ": netOverhead *= 3 for the Simple protocol",
              "collective latency: the network post overhead of a Simple ring step"),
+    Constant("nccl.ring_local_copy_bytes_per_byte", 2, "ratio",
+             "NVIDIA/nccl v2.18.5-1 src/collectives/device/all_reduce.h runRing (all_gather.h, reduce_scatter.h "
+             "alike): each loop one thread block per channel runs 2(n-1) steps that take their data from the ring's "
+             "previous rank and one step that moves nothing over the link, one after the other: with P2P read "
+             "(src/graph/paths.cc ncclTopoCheckP2p: 'Enable P2P Read for Ampere/NVLink only', compute capability "
+             "8.0) the Simple FIFO sits on the sender (src/transport/p2p.cc: 'For P2P Read the SIMPLE buffer is "
+             "tagged on the end of the ncclSendMem structure'), so step 0's prims.send copies the rank's chunk "
+             "from its user buffer into its own memory; with P2P write the last step's recv copies the FIFO into "
+             "the output. The copy reads each byte of the chunk once and writes it once; every rank does it at the "
+             "same point of the lockstep ring, so the links wait for it",
+             "collective time: a ring collective's one local copy per loop, its chunk (bytes / ranks in all) "
+             "read and written at the GPU's memory bandwidth"),
     Constant("nccl.ring_simple_plateau", 1.4, "ratio",
              "NVIDIA/nccl src/graph/tuning.cc ncclTopoGetAlgoTime: 'Plateau effect of ring', latency x1.4 for a "
              "multi-node Simple ring all-reduce (compute capability 8.0 and above)",

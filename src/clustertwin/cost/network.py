@@ -14,7 +14,13 @@ and ncclTopoGetAlgoTime): ``time = latency + bytes / algorithm bandwidth``.
 * **Ring** (every collective): all-reduce takes 2(n-1) steps, all-gather / reduce-scatter n-1;
   the steps crossing nodes (2(N-1) or N-1 over N nodes) pay the network latency, the rest NVLink's.
   A ring spanning nodes crosses each node boundary once per channel: with g ranks per node its
-  inter-node bus bandwidth is the NIC bandwidth of those g GPUs, capped by NVLink.
+  inter-node bus bandwidth is the NIC bandwidth of those g GPUs, capped by NVLink. Each loop of a
+  ring also runs one step that moves nothing over the link, one after the other with the rest on the
+  channel's thread block: with P2P read (Ampere over NVLink) step 0 copies the rank's chunk into its own
+  FIFO, with P2P write the last step copies the FIFO into the output (NVIDIA/nccl all_reduce.h runRing,
+  paths.cc, p2p.cc). The ranks run the ring in lockstep, so the links wait for it: the rank's 1/n of
+  the buffer read and written once at the GPU's memory bandwidth, a term NCCL's cost model leaves out.
+  It is what makes a 2-GPU A100 ring reach ~200 GB/s bus bandwidth where 8 GPUs reach ~230.
 * **Tree** (all-reduce across nodes): a chain inside each node and a double binary tree between
   nodes, 2 (ranks per node - 1) NVLink steps and 2 log2(N) network steps; each node sends and
   receives 2(N-1)/N of the buffer over its NICs (the whole buffer at N = 2, where a ring sends
@@ -151,6 +157,7 @@ _PAT_LOG_DIV = value("nccl.pat_log_latency_divisor")
 _NET_OVERHEAD = value("nccl.net_overhead_s")
 _NET_OVERHEAD_SIMPLE = value("nccl.net_overhead_simple_factor")
 _PLATEAU = value("nccl.ring_simple_plateau")
+_LOCAL_COPY = value("nccl.ring_local_copy_bytes_per_byte")
 _SWITCH_RADIX = value("cluster.switch_radix")
 _HOP = value("cluster.switch_hop_latency_s")
 _COLLNET_ARITY = value("nccl.collnet_arity_latency_s")
@@ -346,6 +353,9 @@ class NetworkPricer:
         self.nvls = None
         if node.scaleup_fabric == "nvswitch" and self.G > 1 and arch in ("hopper", "blackwell"):
             self.nvls = node.gpu_scaleup_bandwidth * value(nvls_key)
+        # a ring's one local copy per loop (the rank's chunk read and written once) runs at the GPU's memory
+        # bandwidth while the links wait (constants nccl.ring_local_copy_bytes_per_byte)
+        self.hbm = node.gpu.hbm_bandwidth_bytes_per_s * profile.memory_efficiency
         self.ll_max_node = value(f"nccl.ll_max_busbw.{arch}") if arch in ("ampere", "hopper", "blackwell") \
             else value("nccl.ll_max_busbw.ampere")
         # a cluster's latency above NCCL's LL128 ring step is added to every step of its tier, and so is the
@@ -536,6 +546,8 @@ class NetworkPricer:
                 hops = (n - N) * nv_lat("ring", proto) + net_hops * net_lat("tree" if ppn == 1 else "ring", proto)
                 out.append((_lat("base", "ring", proto) + hops, factor / bw, _RING, p))
             return out
+        # the rank's chunk (1/n of nccl-tests' size) copied once in memory, the ring's links idle meanwhile
+        local_copy = _LOCAL_COPY / (n * self.hbm)
         for p, proto in enumerate(PROTOCOLS):
             bw = {"ll": min(busbw * _LL, ll_max), "ll128": busbw * _LL128, "simple": busbw}[proto]
             intra = nv_lat("ring", proto)
@@ -545,7 +557,7 @@ class NetworkPricer:
             lat = _lat("base", "ring", proto) + (nsteps - n_inter) * intra + n_inter * inter
             if ar and N > 1 and proto == "simple":
                 lat *= _PLATEAU
-            out.append((lat, factor / bw, _RING, p))
+            out.append((lat, factor / bw + local_copy, _RING, p))
         if ar and N > 1:
             # tree: NVLink chain in the node, double binary tree between nodes
             node_nic = self.node_network(pl)
