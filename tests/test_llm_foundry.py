@@ -94,6 +94,8 @@ def test_attention_impl_picks_the_profile_and_is_refused_elsewhere():
     assert resolve_stack("llm-foundry", "2024-01", None, "flash-attn")[0] == "llm-foundry-flash"
     name, how = resolve_stack("llm-foundry")
     assert name == "llm-foundry-triton" and "triton" in how      # the default, stated
+    assert resolve_stack("llm-foundry", "2023-10", None, "triton")[1] == ""   # the documented release
+    assert "not modelled apart" in resolve_stack("llm-foundry", "2023-04", None, "triton")[1]
     notes: list[str] = []
     with pytest.raises(ClusterTwinError, match="attention_impl"):
         runs.stack_of_row({"framework": "megatron", "attention_impl": "triton"}, notes)

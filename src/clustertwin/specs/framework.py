@@ -535,9 +535,15 @@ def resolve_stack(framework: str, version: str | None = None, compile: bool | No
     if family == "torchtitan" and compile is not None:
         return ("torchtitan-compile" if compile else "torchtitan-eager"), ""
     if family == "llm-foundry" and name not in FRAMEWORK_PROFILES:
-        if attention_impl is None:
-            return "llm-foundry-triton", "attn_impl unknown: 'triton', llm-foundry's default (MPTConfig, submit_benchmarks.py)"
-        return ("llm-foundry-flash" if attention_impl == "flash-attn" else "llm-foundry-triton"), ""
+        pick = "llm-foundry-flash" if attention_impl == "flash-attn" else "llm-foundry-triton"
+        how = [] if attention_impl else ["attn_impl unknown: 'triton', llm-foundry's default (MPTConfig, "
+                                         "submit_benchmarks.py)"]
+        released = FRAMEWORK_PROFILES[pick].released
+        when = parse_version(family, version) if version else None
+        if version and when != (int(released[:4]), int(released[5:])):
+            how.append(f"one profile per attn_impl, documented from llm-foundry's scripts and model code of "
+                       f"{released}; release {version} not modelled apart")
+        return pick, "; ".join(how)
     if version and family:
         when = parse_version(family, version)
         releases = family_versions(family)
