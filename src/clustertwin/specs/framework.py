@@ -715,7 +715,8 @@ def stacks_markdown() -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for fw in _STACKS:
         fp16 = fw.grad_reduce_bytes_fp16 if fw.grad_reduce_bytes_fp16 is not None else fw.grad_reduce_bytes
-        lines.append(f"| {fw.name} | {fw.family} | {fw.released or '-'} | {fw.attention_kernel} | "
+        attention = fw.attention_kernel + (" (Triton FA1 port)" if fw.attention_triton else "")
+        lines.append(f"| {fw.name} | {fw.family} | {fw.released or '-'} | {attention} | "
                      f"{yes(fw.overlap_tp_comm)} | {yes(fw.overlap_dp_comm)} | {yes(fw.overlap_pp_comm)} | "
                      f"{yes(fw.fused_bias_act)} / {yes(fw.fused_residual)} / {yes(fw.fused_rope)} | "
                      f"{yes(fw.fused_cross_entropy)} | {fw.grad_reduce_bytes} ({fp16}) | {fw.default_zero_stage} | "
