@@ -14,8 +14,8 @@ from clustertwin.validate import ValidationReport, read_runs, validate_rows
 
 
 ROOT = Path(__file__).resolve().parents[1]
-# data files whose section --write appends to the document when it has none yet (heading, then the table
-# and its summary line, which later runs rewrite in place like the others)
+# data files whose section --write appends to the validation document (the one holding cv_table.py's table)
+# when it has none yet: heading, then the table and its summary line, which later runs rewrite in place
 APPENDED = (("data/validation/llm_foundry_runs.csv",
              "MosaicML llm-foundry's MPT benchmark tables, out of sample"),)
 
@@ -86,7 +86,7 @@ def write(doc: Path) -> None:
         i += 1
     text = "\n".join(out)
     for path, title in APPENDED:
-        if f"({path})" not in text:
+        if "<!-- cv-table:begin" in text and f"({path})" not in text:
             rep = validate_rows(read_runs(ROOT / path))
             text = text.rstrip("\n") + "\n\n" + "\n".join([f"## {title} ({path})", "", *table(rep), "",
                                                         summary(rep)]) + "\n"

@@ -141,3 +141,23 @@ def test_triton_flash_attention_runs_at_half_flash_attention_2s_speed(gpu):
         gap = triton.fw.kernel_gap_s * op.kernels
         assert triton.time(op) - gap == pytest.approx((flash.time(op) - gap) / factor, rel=1e-9)
         assert float(np.asarray(triton.times(op))) == pytest.approx(triton.time(op), rel=1e-9)
+
+
+def test_validation_table_write_appends_the_llm_foundry_section_to_the_validation_document(tmp_path):
+    """The lead's regeneration (validation_table.py --write docs/validation.md) adds this file's section to the
+    document holding the cross-validation table, once; a later run rewrites it in place."""
+    import importlib.util
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("validation_table", root / "benchmarks" / "validation_table.py")
+    mod = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(mod)
+    doc = tmp_path / "v.md"
+    doc.write_text("# V\n\n<!-- cv-table:begin (python benchmarks/cv_table.py --write) -->\n<!-- cv-table:end -->\n",
+                   encoding="utf-8")
+    assert mod.run(["--write", str(doc)]) == 0
+    once = doc.read_text(encoding="utf-8")
+    assert once.count("(data/validation/llm_foundry_runs.csv)") == 1
+    assert "\nrows 216, predicted 216, failed 0;" in once
+    assert mod.run(["--write", str(doc)]) == 0
+    assert doc.read_text(encoding="utf-8") == once

@@ -535,15 +535,14 @@ def resolve_stack(framework: str, version: str | None = None, compile: bool | No
     if family == "torchtitan" and compile is not None:
         return ("torchtitan-compile" if compile else "torchtitan-eager"), ""
     if family == "llm-foundry" and name not in FRAMEWORK_PROFILES:
-        pick = "llm-foundry-flash" if attention_impl == "flash-attn" else "llm-foundry-triton"
-        how = [] if attention_impl else ["attn_impl unknown: 'triton', llm-foundry's default (MPTConfig, "
-                                         "submit_benchmarks.py)"]
-        released = FRAMEWORK_PROFILES[pick].released
-        when = parse_version(family, version) if version else None
-        if version and when != (int(released[:4]), int(released[5:])):
-            how.append(f"one profile per attn_impl, documented from llm-foundry's scripts and model code of "
-                       f"{released}; release {version} not modelled apart")
-        return pick, "; ".join(how)
+        profile = "llm-foundry-flash" if attention_impl == "flash-attn" else "llm-foundry-triton"
+        said = [] if attention_impl else ["attn_impl unknown: 'triton', llm-foundry's default (MPTConfig, "
+                                          "submit_benchmarks.py)"]
+        released = FRAMEWORK_PROFILES[profile].released
+        if version and parse_version(family, version) != (int(released[:4]), int(released[5:])):
+            said.append(f"one profile per attn_impl, documented from llm-foundry's scripts and model code of "
+                        f"{released}; release {version} not modelled apart")
+        return profile, "; ".join(said)
     if version and family:
         when = parse_version(family, version)
         releases = family_versions(family)
