@@ -14,6 +14,10 @@ from clustertwin.validate import ValidationReport, read_runs, validate_rows
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# data files whose section --write appends to the validation document (the one holding cv_table.py's table)
+# when it has none yet: heading, then the table and its summary line, which later runs rewrite in place
+APPENDED = (("data/validation/llm_foundry_runs.csv",
+             "MosaicML llm-foundry's MPT benchmark tables, out of sample"),)
 
 
 def summary(rep: ValidationReport) -> str:
@@ -80,7 +84,13 @@ def write(doc: Path) -> None:
             continue
         out.append(line)
         i += 1
-    doc.write_text("\n".join(out), encoding="utf-8")
+    text = "\n".join(out)
+    for path, title in APPENDED:
+        if "<!-- cv-table:begin" in text and f"({path})" not in text:
+            rep = validate_rows(read_runs(ROOT / path))
+            text = text.rstrip("\n") + "\n\n" + "\n".join([f"## {title} ({path})", "", *table(rep), "",
+                                                        summary(rep)]) + "\n"
+    doc.write_text(text, encoding="utf-8")
 
 
 def run(argv: list[str]) -> int:

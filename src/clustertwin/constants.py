@@ -339,6 +339,20 @@ _COMPUTE: list[Constant] = [
              "attention_fa2 efficiencies: 329.5 / 368",
              "attention time: the FlashAttention-2 efficiency (profile attention_fa2_fwd_efficiency) of a stack "
              "that calls torch SDPA (FrameworkProfile.attention_sdpa: torchtitan), forward and recomputation"),
+    Constant("attention.triton_flash1_factor", 0.5, "ratio",
+             "Dao 2023 (FlashAttention-2, arXiv 2307.08691), abstract: FlashAttention (the first version) reaches "
+             "'only 25-40% of the theoretical maximum FLOPs/s' and FlashAttention-2 yields 'around 2x speedup "
+             "compared to FlashAttention, reaching 50-73%' on A100; the Triton port of FlashAttention that "
+             "llm-foundry runs for attn_impl 'triton' (llmfoundry/models/layers/flash_attn_triton.py, copied from "
+             "HazyResearch/flash-attention flash_attn/flash_attn_triton.py @eff9fe6, on triton_pre_mlir) says of "
+             "itself: 'Triton forward is generally faster than CUDA forward, while Triton backward is generally "
+             "slower than CUDA backward. Overall Triton forward + backward is slightly slower than CUDA forward + "
+             "backward', i.e. FlashAttention-1 class: 1/2 of FlashAttention-2's speed, forward and backward alike "
+             "(the split between them is not published; 'slightly slower' is not counted). Assumed to carry to "
+             "H100, where neither kernel uses Hopper's wgmma/TMA",
+             "attention time: the FlashAttention-2 efficiency (the profile's attention_fa2_*_efficiency, on Ampere "
+             "its attention_*_efficiency) of a stack that runs the Triton FlashAttention "
+             "(FrameworkProfile.attention_triton: llm-foundry-triton, llm-foundry's attn_impl 'triton')"),
     Constant("attention.torch_sdpa_flash_backward_factor", round(329.5 / 368 * (245.5 / 300.6) / (310 / 368), 3),
              "ratio",
              "the forward factor (attention.torch_sdpa_flash_forward_factor) times SDPA flash's backward/forward "

@@ -90,7 +90,9 @@ def graph_replays(op: Op, scope: Sequence[str]) -> int:
     return int("moe_router" in scope and op.name == _GRAPH_ENTRY["moe_router"][fwd_bwd])
 
 
-# torch SDPA's flash backend (PyTorch's build of FlashAttention-2) against Dao-AILab's build
+# the Triton port of FlashAttention-1 against FlashAttention-2; torch SDPA's flash backend (PyTorch's build of
+# FlashAttention-2) against Dao-AILab's build
+_TRITON_FA1 = value("attention.triton_flash1_factor")
 _SDPA_FA2_FWD, _SDPA_FA2_BWD = (value("attention.torch_sdpa_flash_forward_factor"),
                                 value("attention.torch_sdpa_flash_backward_factor"))
 
@@ -286,6 +288,8 @@ class ComputePricer:
             else:
                 eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
                 seq_half = p.attention_seq_half
+            if op.name.startswith("attn.flash2") and self.fw.attention_triton:
+                eff *= _TRITON_FA1     # the Triton port of FlashAttention-1 (llm-foundry attn_impl triton)
             eff *= rows / (rows + seq_half)                      # short rows do not fill the pipeline
             eff *= self.clock
             eff *= min(1.0, (max(dqk, dv) / _HEAD_DIM_REF)) ** _HEAD_DIM_EXP  # head dim 64: ~70-80% of 128's speed
@@ -296,7 +300,8 @@ class ComputePricer:
 
     def _sdpa_factor(self, bwd: bool) -> float:
         """FlashAttention-2 as torch SDPA's flash backend runs it, against the Dao-AILab build the profile's
-        attention_fa2 figures are for (constants attention.torch_sdpa_flash_*_factor); 1 for other stacks."""
+        attention_fa2 figures are for (constants attention.torch_sdpa_flash_*_factor); 1 for other stacks. (The
+        Triton port of FlashAttention-1, attention_triton, is priced beside it on every architecture.)"""
         if not self.fw.attention_sdpa:
             return 1.0
         return _SDPA_FA2_BWD if bwd else _SDPA_FA2_FWD
@@ -364,6 +369,8 @@ class ComputePricer:
         else:
             eff = p.attention_bwd_efficiency if bwd else p.attention_fwd_efficiency
             seq_half = p.attention_seq_half
+        if op.name.startswith("attn.flash2") and self.fw.attention_triton:
+            eff = eff * _TRITON_FA1
         eff = eff * (rows / (rows + seq_half))
         eff = eff * self.clock
         eff = eff * min(1.0, (max(dqk, dv) / _HEAD_DIM_REF)) ** _HEAD_DIM_EXP

@@ -120,6 +120,10 @@ class FrameworkProfile:
     # Hopper than Dao-AILab's build the attention_fa2 efficiencies come from (constants
     # attention.torch_sdpa_flash_forward_factor / _backward_factor; cost/compute.py)
     attention_sdpa: bool = False
+    # the FlashAttention-2-class kernel is the Triton port of FlashAttention-1 (llm-foundry's attn_impl 'triton',
+    # llmfoundry/models/layers/flash_attn_triton.py): constants attention.triton_flash1_factor of the FA2
+    # efficiencies, forward and backward (cost/compute.py)
+    attention_triton: bool = False
     # the optimizer step's memory passes: "fused" (one multi-tensor Adam pass, optimizer_traffic) or
     # "torch_foreach" (torch.optim.AdamW(foreach=True) and clip_grad_norm_: one pass per foreach op)
     optimizer_impl: str = "fused"
@@ -196,6 +200,10 @@ _MEGATRON_2022_CAPS = Capabilities(zero_stages=(0, 1), context_parallel=False, e
 _DEEPSPEED_NO_TP_OVERLAP_CAPS = replace(_DEEPSPEED_CAPS, tp_overlap=False)
 # async TP is an Inductor pass: only a compiled torchtitan overlaps TP
 _TORCHTITAN_EAGER_CAPS = replace(_TORCHTITAN_CAPS, tp_overlap=False)
+# llm-foundry trains MPT with Composer's FSDP (FULL_SHARD / SHARD_GRAD_OP / NO_SHARD) or DDP: no TP, PP, CP
+# or EP in MPT's code of 2023 (llmfoundry/models/mpt/modeling_mpt.py has no model-parallel layers)
+_LLM_FOUNDRY_CAPS = Capabilities(zero_stages=(0, 2, 3), sharded_grads_with_pp=False, ddp_with_model_parallel=False,
+                                 interleaved_pp=False, context_parallel=False, expert_parallel=False, tp_overlap=False)
 
 # ---- versioned stacks: kernels and defaults are properties of the framework and its release --------
 _STACKS: tuple[FrameworkProfile, ...] = (
@@ -325,6 +333,51 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
+    # MosaicML llm-foundry training MPT through Composer with PyTorch FSDP (FSDP1), as its benchmark tables
+    # ran; two profiles that differ only in attn_impl (as torchtitan's differ in compile): llm-foundry-triton
+    # (MPTConfig's and submit_benchmarks.py's default, 'triton') and llm-foundry-flash ('flash') (scripts/train/benchmarking at mosaicml/llm-foundry b2a43a14, 2023-10-19, and 5e85bd62, 2024-01-06;
+    # torch 2.1 image; the model code of llmfoundry/models at b2a43a14):
+    # - attention: attn_impl 'triton' by default (submit_benchmarks.py; llmfoundry/models/layers/
+    #   flash_attn_triton.py, a Triton FlashAttention) or 'flash' (flash_attn 2.x with '.[gpu-flash2]');
+    #   the Triton kernel is a port of FlashAttention-1 ("Overall Triton forward + backward is slightly slower
+    #   than CUDA forward + backward", its docstring), priced as the FlashAttention-2 kernel at FA1's speed
+    #   (attention_triton, constants attention.triton_flash1_factor); a run with attn_impl 'flash' ran
+    #   llm-foundry-flash
+    # - norm: norm_type 'low_precision_layernorm' (submit_benchmarks.py): F.layer_norm on the 16-bit tensors
+    #   with autocast off (llmfoundry/models/layers/norm.py), one native kernel: fused_norm
+    # - MLP: up_proj, nn.GELU(approximate='none'), down_proj (layers/ffn.py MPTMLP): the GELU its own eager
+    #   kernel; residual adds eager (blocks.py: x = x + self.resid_attn_dropout(b)); no RoPE
+    # - loss: loss_fn 'fused_crossentropy' by default (mpt/modeling_mpt.py: flash_attn.losses.cross_entropy
+    #   CrossEntropyLoss, a Triton kernel): fused_cross_entropy
+    # - FSDP1 through Composer: one unit per MPTBlock (MPTModel.fsdp_wrap_fn) plus the root, sharded fp32 flat
+    #   parameters cast to bf16 for compute (fsdp_config mixed_precision DEFAULT: reduce dtype fp32; PURE: bf16),
+    #   limit_all_gathers, backward_prefetch BACKWARD_PRE (sweep.py): master_in_optimizer False (4 + 4 + 8 bytes
+    #   per parameter), ZeRO-3 unless sharding_strategy SHARD_GRAD_OP
+    # - optimizer: Composer DecoupledAdamW, whose step runs a Python loop of torch ops per parameter
+    #   (composer/optim/decoupled_weight_decay.py DecoupledAdamW.adamw), and gradient clipping by norm
+    #   (the pretrain yamls): the same passes over memory as the foreach AdamW, optimizer_impl "torch_foreach"
+    # - eager PyTorch: the per-kernel host costs and gaps of pytorch-eager; no torch.compile (b2a43a14:
+    #   "rm compile support in profiling")
+    FrameworkProfile("llm-foundry-triton", fused_bias_act=False, fused_residual=False, fused_rope=False,
+                     fused_norm=True, fused_cross_entropy=True, grad_reduce_bytes=4,
+                     cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                     backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
+                     kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
+                     master_in_optimizer=False, attention_kernel="flash2", attention_triton=True,
+                     optimizer_impl="torch_foreach", default_zero_stage=3, sp_with_tp=False,
+                     capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
+    # the same stack run with attn_impl 'flash' (flash_attn 2.x, installed with '.[gpu-flash2]'):
+    # Dao-AILab's FlashAttention-2
+    FrameworkProfile("llm-foundry-flash", fused_bias_act=False, fused_residual=False, fused_rope=False,
+                     fused_norm=True, fused_cross_entropy=True, grad_reduce_bytes=4,
+                     cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
+                     backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
+                     microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
+                     kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
+                     master_in_optimizer=False, attention_kernel="flash2",
+                     optimizer_impl="torch_foreach", default_zero_stage=3, sp_with_tp=False,
+                     capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
     # HAI-LLM, DeepSeek's in-house framework, as the DeepSeek-V3 Technical Report (arXiv 2412.19437)
     # documents it (Sec. 3.2, 3.3); what the report does not describe keeps the Megatron-Core defaults
     # (fused kernels, flash-class attention, overlapped DP reduction and pipeline sends):
@@ -423,7 +476,7 @@ _ALIASES = {"megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "me
 # what a family name before "@" may be spelled as
 _FAMILIES = {"megatron": "megatron", "megatron-lm": "megatron", "megatron-core": "megatron", "mcore": "megatron",
              "nemo": "nemo", "deepspeed": "deepspeed", "torchtitan": "torchtitan", "hai-llm": "hai-llm",
-             "meta-llama3": "meta-llama3"}
+             "meta-llama3": "meta-llama3", "llm-foundry": "llm-foundry", "llmfoundry": "llm-foundry"}
 # Megatron-Core releases by date (the tags' dates in NVIDIA/Megatron-LM: core_v0.4.0 2023-12-11,
 # core_v0.5.0 2024-02-26, core_v0.6.0 2024-04-18, core_v0.7.0 2024-05-30, core_r0.8.0 2024-08-12,
 # core_r0.9.0 2024-10-24, core_r0.10.0 2025-02-17, v0.11.0 2025-03-14, v0.12.0rc2 2025-04-08)
@@ -455,14 +508,18 @@ def parse_version(family: str, version: str) -> tuple[int, int] | None:
 
 
 def family_versions(family: str) -> list[FrameworkProfile]:
-    """The documented releases of one family (torchtitan's differ by compile, not by date)."""
-    return sorted((fw for fw in _STACKS if fw.family == family and family != "torchtitan"), key=lambda f: f.released)
+    """The documented releases of one family (torchtitan's differ by compile, llm-foundry's by attn_impl, not by
+    date)."""
+    return sorted((fw for fw in _STACKS if fw.family == family and family not in ("torchtitan", "llm-foundry")),
+                  key=lambda f: f.released)
 
 
-def resolve_stack(framework: str, version: str | None = None, compile: bool | None = None) -> tuple[str, str]:
+def resolve_stack(framework: str, version: str | None = None, compile: bool | None = None,
+                  attention_impl: str | None = None) -> tuple[str, str]:
     """The profile a run of ``framework`` (a family or a profile name) at ``version`` with or
     without torch.compile ran on, and how it was chosen ("" when named outright). A version picks
-    the family's latest documented release at or before it (the earliest when it precedes them all)."""
+    the family's latest documented release at or before it (the earliest when it precedes them all).
+    llm-foundry's profiles differ in ``attention_impl`` (its attn_impl: "triton", the default, or "flash")."""
     key = _key(framework)
     field = "framework_version"
     if "@" in key and not version:
@@ -477,6 +534,15 @@ def resolve_stack(framework: str, version: str | None = None, compile: bool | No
         family = FRAMEWORK_PROFILES[name].family or None
     if family == "torchtitan" and compile is not None:
         return ("torchtitan-compile" if compile else "torchtitan-eager"), ""
+    if family == "llm-foundry" and name not in FRAMEWORK_PROFILES:
+        profile = "llm-foundry-flash" if attention_impl == "flash-attn" else "llm-foundry-triton"
+        said = [] if attention_impl else ["attn_impl unknown: 'triton', llm-foundry's default (MPTConfig, "
+                                          "submit_benchmarks.py)"]
+        released = FRAMEWORK_PROFILES[profile].released
+        if version and parse_version(family, version) != (int(released[:4]), int(released[5:])):
+            said.append(f"one profile per attn_impl, documented from llm-foundry's scripts and model code of "
+                        f"{released}; release {version} not modelled apart")
+        return profile, "; ".join(said)
     if version and family:
         when = parse_version(family, version)
         releases = family_versions(family)
@@ -629,6 +695,9 @@ STACK_SOURCES = {
     "deepspeed-zero3@2021": "DeepSpeed v0.5.8 zero/constants.py, zero/config.py; FlashAttention arXiv 2205.14135 (2022)",
     "torchtitan-eager": "torchtitan 9dec370 models/llama/model.py (SDPA, complex RoPE); pytorch/pytorch#138522",
     "torchtitan-compile": "torchtitan 9dec370 parallelize_llama.py apply_compile (per block), train.py (loss eager)",
+    "llm-foundry-triton": "mosaicml/llm-foundry b2a43a14 / 5e85bd62 scripts/train/benchmarking, llmfoundry/models "
+                          "(flash_attn_triton.py, norm.py, ffn.py, modeling_mpt.py); Composer DecoupledAdamW",
+    "llm-foundry-flash": "as llm-foundry-triton, attn_impl 'flash' (flash_attn 2.x, '.[gpu-flash2]'; sweep.py @5e85bd62)",
     "hai-llm": "DeepSeek-V3 Technical Report (arXiv 2412.19437) Sec. 3.2.1 (DualPipe, Table 2), 3.2.3, 3.3.3",
     "meta-llama3": "The Llama 3 Herd of Models (arXiv 2407.21783) Sec. 3.3.2 (FSDP, pipeline schedule, numerical "
                    "stability)",
@@ -645,7 +714,8 @@ def stacks_markdown() -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for fw in _STACKS:
         fp16 = fw.grad_reduce_bytes_fp16 if fw.grad_reduce_bytes_fp16 is not None else fw.grad_reduce_bytes
-        lines.append(f"| {fw.name} | {fw.family} | {fw.released or '-'} | {fw.attention_kernel} | "
+        attention = fw.attention_kernel + (" (Triton FA1 port)" if fw.attention_triton else "")
+        lines.append(f"| {fw.name} | {fw.family} | {fw.released or '-'} | {attention} | "
                      f"{yes(fw.overlap_tp_comm)} | {yes(fw.overlap_dp_comm)} | {yes(fw.overlap_pp_comm)} | "
                      f"{yes(fw.fused_bias_act)} / {yes(fw.fused_residual)} / {yes(fw.fused_rope)} | "
                      f"{yes(fw.fused_cross_entropy)} | {fw.grad_reduce_bytes} ({fp16}) | {fw.default_zero_stage} | "

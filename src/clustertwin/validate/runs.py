@@ -165,10 +165,20 @@ def model_from_row(r: dict, notes: list[str] | None = None) -> ModelSpec:
     top_k = _int(r, "moe_topk", 0) or 0 if experts else 0
     if experts and not top_k:
         raise DataError("moe_topk", "empty for an MoE row", "fill the cell (experts per token)")
+    # the output head shares the token embedding's weights (MPT's SharedEmbedding, GPT-2): one vocab x hidden
+    # matrix stored, gathered and stepped, the head's GEMM still run; empty = untied (the arch's usual head)
+    tied = bool(_bool(r, "tied_embeddings"))
+    arch_fields = dict(_ARCH[arch])
+    drop = (r.get("dropout") or "").strip()
+    if drop:   # the run's dropout probability where it differs from the arch's usual one (MPT: 0.0)
+        try:
+            arch_fields["dropout"] = float(drop)
+        except ValueError:
+            raise DataError("dropout", f"cannot read {drop!r}", "write a probability, e.g. 0.0 or 0.1") from None
     try:
         return ModelSpec(name=r.get("model") or r["run_id"], num_layers=layers, hidden_size=hidden, num_heads=heads,
                          num_kv_heads=kv_heads, ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq,
-                         moe_num_experts=experts, moe_top_k=top_k, **_ARCH[arch])
+                         moe_num_experts=experts, moe_top_k=top_k, tied_embeddings=tied, **arch_fields)
     except ValidationError as e:
         raise DataError(*first_error(e, "model")) from None
 
@@ -176,6 +186,11 @@ def model_from_row(r: dict, notes: list[str] | None = None) -> ModelSpec:
 _KERNELS = {"flash": "flash", "flash3": "flash", "fa3": "flash", "cudnn": "flash", "te": "flash",
             "flash2": "flash2", "fa2": "flash2", "sdpa": "flash2",
             "unfused": "unfused", "fused-softmax": "unfused", "fused_softmax": "unfused", "softmax": "unfused"}
+
+
+# llm-foundry's attn_impl (column attention_impl): which build ran its FlashAttention-2-class kernel, which picks
+# the profile (llm-foundry-triton or llm-foundry-flash; specs/framework.py resolve_stack)
+_IMPLS = {"flash-attn": "flash-attn", "flash_attn": "flash-attn", "flash": "flash-attn", "triton": "triton"}
 
 
 def _kernel(r: dict) -> str:
@@ -201,8 +216,18 @@ def stack_of_row(r: dict, notes: list[str]) -> str:
         notes.append("framework 'other' priced as megatron")
     version = (r.get("framework_version") or "").strip()
     compiled = _bool(r, "compile")
-    name, how = resolve_stack(framework, version or None, compiled)
+    impl = (r.get("attention_impl") or "").strip().lower()
+    if impl and impl not in _IMPLS:
+        raise DataError("attention_impl", f"unknown implementation {impl!r}",
+                        "write llm-foundry's attn_impl: triton or flash (flash-attn)")
+    name, how = resolve_stack(framework, version or None, compiled, _IMPLS.get(impl))
     fw = get_framework(name)
+    if impl and fw.family != "llm-foundry":
+        raise DataError("attention_impl", f"{impl!r} is read for llm-foundry rows only (framework {framework!r})",
+                        "leave it empty; name the kernel in attention_kernel")
+    if impl and (_IMPLS[impl] == "triton") != fw.attention_triton:
+        raise DataError("attention_impl", f"{impl!r} disagrees with framework {name!r}",
+                        "name the family (llm-foundry) and let attention_impl pick the profile")
     if how:
         notes.append(f"framework {framework} {version}: priced as {name} ({how})")
     elif fw.family == "torchtitan" and not fw.released:
