@@ -50,9 +50,7 @@ def step_slowdown_from_group(prediction, group_slowdown: float) -> float:
     step = base_step_time_s(prediction)
     if step <= 0 or group_slowdown <= 0:
         return 0.0
-    plan = prediction.graph.plan
-    return group_slowdown * stretched_s(prediction.breakdown_s, prediction.graph.num_microbatches, plan.pp,
-                                        plan.vpp) / step
+    return group_slowdown * stretched_s(prediction.breakdown_s) / step
 
 
 def expected_step_slowdown(prediction, model: StragglerModel | None = None) -> float:

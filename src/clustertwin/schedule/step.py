@@ -729,5 +729,5 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "optimizer": opt,
         "other": m * cs("overhead_s"),
     }
-    breakdown["stragglers"] = straggler_s(breakdown, m, p, v, straggler_slowdown)
+    breakdown["stragglers"] = straggler_s(breakdown, straggler_slowdown)
     return breakdown, crit

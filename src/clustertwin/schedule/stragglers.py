@@ -18,10 +18,12 @@ Each GPU's sustained slowdown over the mean GPU is modelled (``specs.hardware.St
   f = 0 by default.
 
 For n GPUs on nodes of g the expected slowdown of the slowest over the mean GPU is E[max] - E[x], from
-the exact distribution of the maximum (numerical integration). Only the compute-bound part of a step
-stretches (compute, recomputation, the pipeline's slots, the optimizer); exposed communication does
-not. In a pipeline the slowest stage runs m of the m + (p-1)/v micro-batch slots, so compute and
-bubble stretch by m / (m + (p-1)/v) of it (Narayanan et al. 2021's 1F1B).
+the exact distribution of the maximum (numerical integration). What stretches is the slowest GPU's own
+work: its stage's m forward and backward passes with their recomputation (the breakdown's ``compute``
+and ``recompute``, priced on the critical stage) and its optimizer step. Exposed communication and host
+time do not stretch, and neither does the pipeline's bubble, which is the other stages' work (1F1B:
+m * t_slowest + (p-1)/v * t_mean, Narayanan et al. 2021; the same holds for interleaved schedules with
+fewer micro-batches than stages and for DualPipe, whose bubbles are priced from the mean rank).
 
 >>> expected_group_slowdown(1, 8, StragglerModel())
 0.0
@@ -37,8 +39,9 @@ import numpy as np
 
 from ..specs.hardware import StragglerModel
 
-# Parts of the step breakdown that stretch with a slower GPU (the rest is exposed communication).
-COMPUTE_PARTS = ("compute", "recompute", "bubble")
+# Parts of the step breakdown that stretch with a slower GPU (the rest is exposed communication, host
+# time and the bubble, the other stages' work).
+COMPUTE_PARTS = ("compute", "recompute")
 LOCAL_PARTS = ("optimizer",)
 # the breakdown's part for the wait
 PART = "stragglers"
@@ -105,19 +108,19 @@ def pipeline_factor(num_microbatches, pp: int, vpp: int = 1):
     return m / (m + (pp - 1) / max(1, vpp))
 
 
-def stretched_s(breakdown: dict, num_microbatches, pp: int, vpp: int = 1):
-    """Seconds of a step that run at the pace of the slowest GPU: compute, recomputation and the
-    pipeline's slots (x the pipeline factor) and the optimizer; exposed communication does not."""
-    pf = pipeline_factor(num_microbatches, pp, vpp)
-    return pf * sum(breakdown.get(k, 0.0) for k in COMPUTE_PARTS) + sum(breakdown.get(k, 0.0) for k in LOCAL_PARTS)
+def stretched_s(breakdown: dict):
+    """Seconds of a step that run at the pace of the slowest GPU: its own compute and recomputation
+    (every micro-batch of its stage) and its optimizer step; exposed communication and the bubble do not.
+    Works on floats or arrays of plans (the search)."""
+    return sum(breakdown.get(k, 0.0) for k in COMPUTE_PARTS) + sum(breakdown.get(k, 0.0) for k in LOCAL_PARTS)
 
 
-def straggler_s(breakdown: dict, num_microbatches, pp: int, vpp: int, group_slowdown: float):
+def straggler_s(breakdown: dict, group_slowdown):
     """The step's ``stragglers`` part: the expected wait for the job's slowest GPU, ``group_slowdown``
     (``expected_group_slowdown``) times the seconds that stretch (``stretched_s``)."""
-    if group_slowdown <= 0:
+    if isinstance(group_slowdown, (int, float)) and group_slowdown <= 0:
         return 0.0
-    return group_slowdown * stretched_s(breakdown, num_microbatches, pp, vpp)
+    return group_slowdown * stretched_s(breakdown)
 
 
 def job_group_slowdown(cluster) -> float:
