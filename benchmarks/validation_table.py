@@ -1,6 +1,7 @@
 """Print the per-row validation table as Markdown (for docs/validation.md).
 
-Run: python benchmarks/validation_table.py data/validation/public_runs.csv [more.csv ...]
+Run: python benchmarks/validation_table.py                     # every training-run file of TRAINING_FILES
+     python benchmarks/validation_table.py data/validation/public_runs.csv [more.csv ...]
      python benchmarks/validation_table.py --write docs/validation.md   # rewrite its tables in place
 """
 from __future__ import annotations
@@ -14,6 +15,10 @@ from clustertwin.validate import ValidationReport, read_runs, validate_rows
 
 
 ROOT = Path(__file__).resolve().parents[1]
+# the measured training-run files of data/validation/ the tables cover (docs/validation.md has a section per file)
+TRAINING_FILES = tuple(f"data/validation/{name}" for name in (
+    "public_runs.csv", "dense_public_runs.csv", "torchtitan_runs.csv", "moe_public_runs.csv",
+    "vtrain_single_node.csv", "nemo_perf_summary_runs.csv"))
 
 
 def summary(rep: ValidationReport) -> str:
@@ -91,7 +96,7 @@ def run(argv: list[str]) -> int:
                 raise DataError("--write", "needs the document to rewrite", "e.g. --write docs/validation.md")
             write(Path(argv[1]))
         else:
-            main(argv or ["data/validation/public_runs.csv"])
+            main(argv or [str(ROOT / f) for f in TRAINING_FILES])
     except ClusterTwinError as e:
         sys.stderr.write(f"error: {e.one_line()}\n")
         return 2
