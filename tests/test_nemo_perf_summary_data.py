@@ -22,7 +22,8 @@ def test_header_is_the_shared_schema_then_optional_columns():
     with NEMO.open(newline="", encoding="utf-8") as f:
         header = next(csv.reader(f))
     assert header[:len(SHARED_HEADER)] == SHARED_HEADER
-    assert set(header[len(SHARED_HEADER):]) <= {"framework_version", "model_preset", "tp_overlap"}
+    assert set(header[len(SHARED_HEADER):]) <= {"framework_version", "model_preset", "tp_overlap", "attention_kernel",
+                                                "exp_avg_dtype", "master_weights"}
 
 
 def test_every_row_is_filled_and_becomes_its_job():
@@ -48,6 +49,25 @@ def test_every_row_is_filled_and_becomes_its_job():
 def test_every_row_is_predicted():
     report = validate_rows(read_runs(NEMO))
     assert not [(r.run_id, r.reason) for r in report.rows if r.predicted is None]
+
+
+def test_rows_run_flash_attention_2_as_the_launcher_sets_it():
+    """NeMo-Framework-Launcher 24.07 exports NVTE_FUSED_ATTN=0 into every job (conf/config.yaml), so Transformer
+    Engine 1.8 runs the flash-attn package instead of cuDNN attention: every row says flash2 and is priced with
+    it (the default of the nemo stacks is the FA3 / cuDNN class)."""
+    for row in read_runs(NEMO):
+        assert row.raw["attention_kernel"] == "flash2"
+        assert job_from_row(row).plan.attention_kernel == "flash2"
+
+
+def test_nemotron_340b_optimizer_state_follows_its_recipe():
+    """The 340B recipe's optim.dtype bf16: bf16 Adam moments and no separate master copy (NeMo's store_params False
+    when the state dtype equals the model's); with them the published plan fits in 80 GB, as it ran."""
+    (row,) = [r for r in read_runs(NEMO) if r.raw["model"] == "Nemotron-340B"]
+    plan = job_from_row(row).plan
+    assert plan.adam_moments_dtype == "bf16" and plan.master_weights is False
+    (result,) = validate_rows([row]).rows
+    assert result.fits is not False
 
 
 def test_nemotron_rows_use_their_presets():

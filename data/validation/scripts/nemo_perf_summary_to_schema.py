@@ -41,7 +41,7 @@ COLUMNS = ["run_id", "source", "source_url", "model", "arch", "layers", "hidden"
            "ffn_hidden", "vocab", "seq_len", "moe_experts", "moe_topk", "gpu", "num_gpus", "gpus_per_node",
            "tp", "pp", "vpp", "dp", "cp", "ep", "sp", "zero_stage", "recompute", "micro_batch",
            "global_batch", "precision", "framework", "metric", "value", "notes",
-           "framework_version", "model_preset", "tp_overlap"]
+           "framework_version", "model_preset", "tp_overlap", "attention_kernel", "exp_avg_dtype", "master_weights"]
 
 # Per model of the table: dimensions and the launcher yaml's recipe (tag 24.07). 'yaml' is the path under
 # launcher_scripts/conf/training/; 'sp' and 'tp_overlap' are the yaml's sequence_parallel and
@@ -86,7 +86,7 @@ MODELS = {
                               "(catalog preset nemotron-22b); vocab 256,000 (assumed, as for Nemotron-8B)"),
     "Nemotron-340B": dict(arch="gpt", layers=96, hidden=18432, heads=96, kv=8, ffn=73728, vocab=256000,
                           yaml="nemotron/nemotron_340b", sp=1, tp_overlap=0, recompute="selective",
-                          preset="nemotron-4-340b",
+                          preset="nemotron-4-340b", optim_dtype="bf16",
                           dims="nemotron4-340B: num_layers 96, hidden_size 18432, num_attention_heads 96, "
                                "num_query_groups 8, ffn_hidden_size 4*hidden, squared-ReLU, no biases "
                                "(catalog preset nemotron-4-340b); vocab 256,000"),
@@ -99,6 +99,14 @@ MODELS = {
                        dims="num_layers 80, hidden_size 8192, num_attention_heads 64, num_query_groups 8, "
                             "ffn_hidden_size 28672; tokenizer meta-llama/Meta-Llama-3-70B (128,256 tokens)"),
 }
+
+# NeMo-Framework-Launcher 24.07, launcher_scripts/conf/config.yaml env_vars (exported into every job the launcher
+# starts): "NVTE_FUSED_ATTN: 0 # Disable cudnn FA until we've tested it more" (added in 562dcb45, 2024-02-13; removed
+# on main only after the tag, 04b8d098 "enable fused attention", 2024-08-29). Transformer Engine 1.8 (the NeMo 24.07
+# container's, NeMo user guide "Software Component Versions") then sets use_fused_attention False
+# (DotProductAttention.__init__: int(os.getenv("NVTE_FUSED_ATTN", "1"))) and runs the flash-attn package
+# (flash_attn_varlen_func, FlashAttention-2) instead of cuDNN fused attention, which it would prefer on sm90.
+ATTENTION = "flash2"
 
 SOURCE = ("NVIDIA NeMo docs/source/performance/performance_summary.md (NeMo 24.07 container, DGX-H100, FP8), "
           "'Pretraining' table row '{model}' ({gpus} GPUs)")
@@ -150,12 +158,24 @@ def convert(page: str, earlier: dict[str, list[tuple[str, str]]] | None = None) 
         yaml = f"{LAUNCHER}/launcher_scripts/conf/training/{m['yaml']}.yaml"
         recompute_src = ("activations_checkpoint_granularity: selective" if m["recompute"] == "selective"
                          else "activations_checkpoint_granularity: null (no recompute)")
+        # optimizer state dtype: the yaml's optim.dtype (apex DistributedFusedAdam: the optimizer-state dtype); NeMo's
+        # setup_optimization (megatron_base_model.py at r2.0.0rc1) sets store_params False when it equals the
+        # model's bf16 (no separate master copy) and store_param_remainders True when it is fp32 (the fp32 master
+        # kept as the bf16 param plus 16-bit remainders, 2 bytes per parameter less than a separate fp32 copy: not
+        # a column here, so priced as a 4-byte master)
+        bf16_state = m.get("optim_dtype") == "bf16"
+        optim_note = ("optim.dtype bf16 (exp_avg/exp_avg_sq in bf16; store_params False as it equals the model dtype: "
+                      "no master copy -> exp_avg_dtype bf16, master_weights 0)" if bf16_state else
+                      "optim.dtype unset (fp32 optimizer states; store_param_remainders True: the fp32 master as the "
+                      "bf16 parameter plus 16-bit remainders, priced as a 4-byte fp32 master, 2 bytes per parameter "
+                      "more than it holds)")
         before = (earlier or {}).get(f"{name}/{gpus}", [])
         spread = ("; the page's earlier versions printed " + ", ".join(f"{v} ({when})" for when, v in before)
                   + " for the same plan" if before else "")
         notes = (
-            f"Read (page, last version): {name}, #-GPUs {gpus}, GBS {gbs}, MBS {mbs}, sequence length {seq}, TP {tp}, PP {pp}, "
-            f"CP {cp}, VP {vp}, Tokens/sec/GPU {tps} (the row's value{spread}), Model TFLOP/sec/GPU {tflops} (derived by "
+            f"Read (page, last version): {name}, #-GPUs {gpus}, GBS {gbs}, MBS {mbs}, sequence length {seq}, "
+            f"TP {tp}, PP {pp}, CP {cp}, VP {vp}, Tokens/sec/GPU {tps} (the row's value{spread}), "
+            f"Model TFLOP/sec/GPU {tflops} (derived by "
             f"NVIDIA from the same measured time with its model-FLOP formula, so not a second row); caption: FP8 "
             f"pretraining, container NeMo 24.07, system DGX-H100. "
             f"Derived: dp = GPUs/(TP*PP*CP) = {dp}; {n_micro} micro-batches per step; the implied step time "
@@ -165,14 +185,19 @@ def convert(page: str, earlier: dict[str, list[tuple[str, str]]] | None = None) 
             f"does not state it): {m['dims']}; {recompute_src}"
             + (f"; sequence_parallel {'True' if sp else 'False'}; ub_tp_comm_overlap "
                f"{'true' if m['tp_overlap'] else 'false'} (-> tp_overlap {tp_overlap})" if tp > 1 else "")
-            + "; optimizer distributed_fused_adam with overlap_grad_sync and overlap_param_sync (optimizer "
-            "states and fp32 master weights sharded over DP -> zero_stage 1); fp8 with fp8_hybrid (E4M3 forward, "
+            + f"; {optim_note}; optimizer distributed_fused_adam with overlap_grad_sync and overlap_param_sync "
+            "(optimizer states and master weights sharded over DP -> zero_stage 1); fp8 with fp8_hybrid (E4M3 forward, "
             "E5M2 backward, delayed scaling), as the H100 fp8 example scripts set it; the H100 example scripts "
             "pass +training.model.optim.grad_sync_dtype=bf16 (the nemo@24.07 stack's 2-byte gradient "
-            "reduction). Assumed: the published runs used these recipe defaults with the table's plan (the "
-            "examples/training/llama/h100/*_fp8.sh scripts run exactly the table's Llama plans: 8 GPUs at GBS "
-            "128 for 7B/8B, 64 GPUs for 70B); whether vboost was raised for the last version is not stated; DGX H100 SXM 80 GB, 8 GPUs per node, 8x400 Gb/s "
-            "InfiniBand (the catalog's standard server)."
+            "reduction). Attention: the launcher's conf/config.yaml at 24.07 exports NVTE_FUSED_ATTN=0 ('Disable "
+            "cudnn FA until we've tested it more') into every job, so Transformer Engine 1.8 (the container's) "
+            "skips cuDNN fused attention and runs the flash-attn package (FlashAttention-2) -> attention_kernel "
+            "flash2 (the launcher's main branch enabled cuDNN attention for the GPT-3 175B example on 2024-07-17 "
+            "and for all models on 2024-08-29, both after the 24.07 tag). Assumed: the published runs used these "
+            "recipe defaults with the table's plan (the examples/training/llama/h100/*_fp8.sh scripts run exactly "
+            "the table's Llama plans: 8 GPUs at GBS 128 for 7B/8B, 64 GPUs for 70B); whether vboost was raised "
+            "for the last version is not stated; DGX H100 SXM 80 GB, 8 GPUs per node, 8x400 Gb/s InfiniBand (the "
+            "catalog's standard server)."
         )
         out.append({
             "run_id": f"nemo24.07-h100-{name.lower()}-fp8-{gpus}gpu",
@@ -185,6 +210,8 @@ def convert(page: str, earlier: dict[str, list[tuple[str, str]]] | None = None) 
             "recompute": m["recompute"], "micro_batch": mbs, "global_batch": gbs, "precision": "fp8",
             "framework": "nemo", "metric": "tokens_per_s_per_gpu", "value": tps, "notes": notes,
             "framework_version": "24.07", "model_preset": m["preset"], "tp_overlap": tp_overlap,
+            "attention_kernel": ATTENTION, "exp_avg_dtype": "bf16" if bf16_state else "",
+            "master_weights": "0" if bf16_state else "",
         })
     return out
 
