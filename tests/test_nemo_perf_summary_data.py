@@ -54,7 +54,7 @@ def test_every_row_is_predicted():
 def test_rows_run_flash_attention_2_as_the_launcher_sets_it():
     """NeMo-Framework-Launcher 24.07 exports NVTE_FUSED_ATTN=0 into every job (conf/config.yaml), so Transformer
     Engine 1.8 runs the flash-attn package instead of cuDNN attention: every row says flash2 and is priced with
-    it (the default of the nemo stacks is the FA3 / cuDNN class)."""
+    it (also the nemo@24.07 stack's default; nemo@24.09 and later default to the FA3 / cuDNN class)."""
     for row in read_runs(NEMO):
         assert row.raw["attention_kernel"] == "flash2"
         assert job_from_row(row).plan.attention_kernel == "flash2"
