@@ -25,7 +25,7 @@ from clustertwin.validate.compare import CrossValidation, cross_validate
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "validation"
 FILES = ("public_runs.csv", "dense_public_runs.csv", "torchtitan_runs.csv", "moe_public_runs.csv",
-         "vtrain_single_node.csv", "llm_foundry_runs.csv")
+         "vtrain_single_node.csv", "llm_foundry_runs.csv", "nemo_perf_summary_runs.csv")
 SHARED = ROOT.parent / "shared" / "validation" / "public_runs.csv"
 BEGIN, END = "<!-- cv-table:begin (python benchmarks/cv_table.py --write) -->", "<!-- cv-table:end -->"
 TIME = ("iteration_time_s", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu")

@@ -1,6 +1,7 @@
 """Print the per-row validation table as Markdown (for docs/validation.md).
 
-Run: python benchmarks/validation_table.py data/validation/public_runs.csv [more.csv ...]
+Run: python benchmarks/validation_table.py                     # every training-run file of TRAINING_FILES
+     python benchmarks/validation_table.py data/validation/public_runs.csv [more.csv ...]
      python benchmarks/validation_table.py --write docs/validation.md   # rewrite its tables in place
 """
 from __future__ import annotations
@@ -17,7 +18,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # data files whose section --write appends to the validation document (the one holding cv_table.py's table)
 # when it has none yet: heading, then the table and its summary line, which later runs rewrite in place
 APPENDED = (("data/validation/llm_foundry_runs.csv",
-             "MosaicML llm-foundry's MPT benchmark tables, out of sample"),)
+             "MosaicML llm-foundry's MPT benchmark tables, out of sample"),
+            ("data/validation/nemo_perf_summary_runs.csv",
+             "NeMo 24.07's performance summary (FP8 pre-training on DGX H100), out of sample"))
+# the measured training-run files of data/validation/ the tables cover (docs/validation.md has a section per file)
+TRAINING_FILES = tuple(f"data/validation/{name}" for name in (
+    "public_runs.csv", "dense_public_runs.csv", "torchtitan_runs.csv", "moe_public_runs.csv",
+    "vtrain_single_node.csv", "llm_foundry_runs.csv", "nemo_perf_summary_runs.csv"))
 
 
 def summary(rep: ValidationReport) -> str:
@@ -101,7 +108,7 @@ def run(argv: list[str]) -> int:
                 raise DataError("--write", "needs the document to rewrite", "e.g. --write docs/validation.md")
             write(Path(argv[1]))
         else:
-            main(argv or ["data/validation/public_runs.csv"])
+            main(argv or [str(ROOT / f) for f in TRAINING_FILES])
     except ClusterTwinError as e:
         sys.stderr.write(f"error: {e.one_line()}\n")
         return 2

@@ -54,6 +54,11 @@ ROUNDED = {
     # with both embeddings (31.69B without the 1.17B input embedding, DeepSeek's convention; see deepseek-v3).
     ("kimi-k2", "params_total"): (0.05e12, "model card prints '1T'; layout counts 1.026T"),
     ("kimi-k2", "params_active"): (0.9e9, "model card prints '32B'; layout counts 32.86B (31.69B w/o input embedding)"),
+    # Nemotron-3 8B and NeMo's Nemotron 22B are named by a nominal size only (model names nemotron3-8B and
+    # nemotron3-22B of the NeMo-Framework-Launcher configs): the layouts count 8.54B (6.44B non-embedding + 2.10B
+    # untied 256K-token embeddings) and 21.27B (18.12B + 3.15B).
+    ("nemotron-3-8b", "params_total"): (0.6e9, "nominal '8B'; layout counts 8.54B incl. 2.10B embeddings"),
+    ("nemotron-22b", "params_total"): (0.8e9, "nominal '22B'; layout counts 21.27B incl. 3.15B embeddings"),
 }
 
 

@@ -14,7 +14,7 @@ from clustertwin.specs.framework import (FRAMEWORK_PROFILES, equivalent_release,
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "model.md"
 STACKS = ("megatron-deepspeed", "megatron-lm@2021", "megatron-lm@2022", "megatron-core@2024", "nemo@24.07",
-          "nemo@25.02", "torchtitan-eager", "torchtitan-compile", "deepspeed-zero3@2021")
+          "nemo@24.09", "nemo@25.02", "torchtitan-eager", "torchtitan-compile", "deepspeed-zero3@2021")
 
 
 @pytest.mark.parametrize("name", STACKS)
@@ -26,11 +26,21 @@ def test_every_documented_stack_resolves_by_its_name(name):
     ("megatron@2021", "megatron-lm@2021"), ("Megatron-LM@2022", "megatron-lm@2022"),
     ("megatron@2023", "megatron-lm@2022"),          # flash attention was opt-in in plain Megatron-LM in 2023
     ("megatron@2024-12", "megatron-core@2024"), ("megatron@core_r0.8.0", "megatron-core@2024"),
-    ("nemo@24.09", "nemo@24.07"), ("nemo@25.04.01", "nemo@25.02"),
+    ("nemo@24.09", "nemo@24.09"), ("nemo@24.11", "nemo@24.09"), ("nemo@25.04.01", "nemo@25.02"),
     ("nemo@24.05", "nemo@24.07"),                   # older than every release: the earliest
     ("deepspeed@2021", "deepspeed-zero3@2021")])
 def test_family_at_version_picks_the_latest_release_at_or_before_it(spelled, name):
     assert get_framework(spelled).name == name
+
+
+def test_nemo_24_07_runs_flash_attention_2_and_later_releases_cudnn_class():
+    """NeMo-Framework-Launcher 24.07 exports NVTE_FUSED_ATTN=0 into every job (conf/config.yaml), so Transformer
+    Engine 1.8 runs flash-attn 2; from 24.09 the override is gone and TE prefers cuDNN attention on Hopper. The
+    releases differ in nothing else."""
+    old, new = get_framework("nemo@24.07"), get_framework("nemo@24.09")
+    assert (old.attention_kernel, new.attention_kernel) == ("flash2", "flash")
+    assert replace(old, name="x", released="", attention_kernel="flash") == replace(new, name="x", released="")
+    assert replace(new, name="x", released="") == replace(get_framework("nemo@25.02"), name="x", released="")
 
 
 def test_the_old_names_keep_their_defaults():

@@ -251,10 +251,23 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # launcher examples of the NeMo 1.x containers pass +training.model.optim.grad_sync_dtype=bf16
     # (NVIDIA/NeMo-Framework-Launcher examples/training/llama/h100/*_bf16.sh); the NeMo 2.0 performance
     # recipes (pretrain_recipe(performance_mode=True), scripts/performance) set grad_reduce_in_fp32 =
-    # False. Both releases below differ in nothing this profile models; they are kept apart so a run
-    # names its release and a later difference has a place.
+    # False. The releases below differ in the attention kernel only:
+    # - 24.07 (and 24.05): the launcher's launcher_scripts/conf/config.yaml exports env_vars
+    #   NVTE_FUSED_ATTN: 0 ("Disable cudnn FA until we've tested it more", since commit 562dcb45 of
+    #   2024-02-13; tags 24.05 and 24.07) into every job, and Transformer Engine 1.8 (the 24.07
+    #   container's, NeMo user guide "Software Component Versions") then leaves cuDNN fused attention
+    #   out (DotProductAttention: use_fused_attention = int(os.getenv("NVTE_FUSED_ATTN", "1"))) and
+    #   runs the flash-attn package's FlashAttention-2 (flash_attn_varlen_func): flash2
+    # - 24.09: the override is gone (commit 04b8d098 "enable fused attention", 2024-08-29; tag 24.09
+    #   of 35e4393 has no NVTE_FUSED_ATTN), and Transformer Engine (1.10 in 24.09) prefers cuDNN fused
+    #   attention on sm90 ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for
+    #   performance reasons", transformer_engine/pytorch/attention.py at v1.8 and v1.10): the FA3 / cuDNN
+    #   class, as in the NeMo 2.0 releases
     FrameworkProfile("nemo@24.07", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
-                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2024-07"),
+                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, attention_kernel="flash2",
+                     released="2024-07"),
+    FrameworkProfile("nemo@24.09", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
+                     contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2024-09"),
     FrameworkProfile("nemo@25.02", overlap_tp_comm=True, grad_reduce_bytes=2, vocab_pad_multiple=128, family="nemo",
                      contiguous_param_grad_buffers=True, te_fp8_saved_inputs=True, released="2025-02"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py @f4157be, 2024-12):
@@ -429,7 +442,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
     # = megatron-core@2024 (the same defaults under the old name)
     replace(_STACKS[2], name="megatron", released=""),
     # = nemo@25.02 (the same defaults under the old name)
-    replace(_STACKS[4], name="nemo", released=""),
+    replace(next(s for s in _STACKS if s.name == "nemo@25.02"), name="nemo", released=""),
     # DeepSpeed with Megatron-style kernels and flash attention; ZeRO comes from the plan. Not a
     # documented release: name megatron-deepspeed or deepspeed-zero3@2021 for those stacks.
     # Megatron's vocab-parallel cross-entropy in PyTorch ops (no fused loss), its vocabulary padding,
@@ -689,7 +702,10 @@ STACK_SOURCES = {
     "megatron-lm@2021": "Megatron-LM v2.5 arguments.py, training.py, p2p_communication.py; Narayanan et al. 2021 Sec. 4.2",
     "megatron-lm@2022": "Megatron-LM tree of 2022-07 (2755bcb) arguments.py; Korthikanti et al. 2022 Sec. 4.1",
     "megatron-core@2024": "Megatron-LM README performance table (core_r0.8.0) flags; arguments.py",
-    "nemo@24.07": "NeMo-Framework-Launcher H100 examples (grad_sync_dtype=bf16); NeMo recipes on Megatron-Core",
+    "nemo@24.07": "NeMo-Framework-Launcher H100 examples (grad_sync_dtype=bf16); NeMo recipes on Megatron-Core; "
+                  "launcher conf/config.yaml at 24.07: NVTE_FUSED_ATTN=0 (TE 1.8 runs flash-attn 2)",
+    "nemo@24.09": "NeMo-Framework-Launcher 24.09 (no NVTE_FUSED_ATTN override: TE prefers cuDNN attention on "
+                  "sm90); otherwise as nemo@24.07",
     "nemo@25.02": "NeMo 2.0 performance recipes (performance_mode: grad_reduce_in_fp32 False, TP overlap)",
     "megatron-deepspeed": "microsoft/Megatron-DeepSpeed arguments.py @f4157be; DeepSpeed zero/config.py, engine.py, pipe/p2p.py",
     "deepspeed-zero3@2021": "DeepSpeed v0.5.8 zero/constants.py, zero/config.py; FlashAttention arXiv 2205.14135 (2022)",
