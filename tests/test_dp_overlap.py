@@ -71,3 +71,16 @@ def test_megatron_core_passes_over_the_gradient_buffer():
     _, one_plain = optimizer_traffic(dense, 0.0, 1, 1, 1, 2)
     assert one_rank - one_plain == pytest.approx(dense * 4)       # dp 1: nothing to average
     assert get_framework("megatron-lm@2021").grad_buffer_checks == ()
+
+
+def test_the_gradient_buffer_is_zeroed_in_its_own_dtype() -> None:
+    """Zeroing writes the whole buffer (ZeRO-1: every parameter) once at its element size: a 16-bit
+    buffer (grad_reduce_dtype bf16) writes half of an fp32 one; the rest of the step is the same."""
+    dense, expert = 1e9, 2e8
+    _, fp32 = optimizer_traffic(dense, expert, 8, 2, 1, 2, grad_bytes=4)
+    _, bf16 = optimizer_traffic(dense, expert, 8, 2, 1, 2, grad_bytes=2)
+    assert fp32 - bf16 == pytest.approx(2 * (dense + expert))
+    # ZeRO-2 keeps only the shard's gradients: only those are zeroed
+    _, z2_fp32 = optimizer_traffic(dense, expert, 8, 2, 2, 2, grad_bytes=4)
+    _, z2_bf16 = optimizer_traffic(dense, expert, 8, 2, 2, 2, grad_bytes=2)
+    assert z2_fp32 - z2_bf16 == pytest.approx(2 * (dense / 8 + expert / 2))

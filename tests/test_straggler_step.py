@@ -161,3 +161,15 @@ def test_command_line_flags(capsys) -> None:
         assert main([*base, *bad]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "\n" not in err
+
+
+def test_heat_refuses_the_fleet_flags(capsys) -> None:
+    """heat derives the node's thermal stragglers from --temps: the fleet's straggler flags would be
+    silently ignored there, so they are refused in one line."""
+    from clustertwin.cli import main
+    temps = ["heat", "--temps", "60,62,64,66,68,70,72,74"]
+    for bad in (["--thermal-slowdown", "0.02"], ["--no-stragglers"], ["--straggler-cv", "0.01"]):
+        assert main([*temps, *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error:") and "--temps" in err and "\n" not in err
+    assert main([*temps, "--json"]) == 0

@@ -79,6 +79,10 @@ def register(app: typer.Typer) -> None:
         from ..report.console import heat_tables, print_all
         from .energy import job_with_power, parse_power_flags
         from .heat import node_thermal
+        if job.stragglers is not None:
+            raise SpecError("--thermal-slowdown", "heat derives the node's thermal stragglers from --temps; "
+                            "the fleet's straggler flags do not apply here",
+                            "drop --no-stragglers, --straggler-cv and --thermal-slowdown")
         tj = job_with_power(job_from_options(job), *parse_power_flags(power_cap, None))
         try:
             ts = [float(x) for x in temps.split(",") if x.strip()]

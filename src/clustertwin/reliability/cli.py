@@ -55,7 +55,6 @@ PageableCopyBandwidthOpt = typer.Option(None, "--pageable-copy-bandwidth",
 SerializeBandwidthOpt = typer.Option(None, "--serialize-bandwidth",
                                      help="torch.save serialisation per process, e.g. 700MB/s [default 2/3 GiB/s]")
 HotSparesOpt = typer.Option(None, "--hot-spares", help="idle nodes ready to replace failed ones")
-NoStragglersOpt = opts.NoStragglersOpt     # the shared job flag (cli_options); kept for importers
 
 
 def goodput_options(*, failure_model, mtbf, failure_rate, no_planned, checkpoint_interval, checkpoint_mode,

@@ -427,7 +427,7 @@ def _rank(space: SearchSpace, candidates: list[Candidate], estimate_goodput, tok
         if tokens is not None:
             steps = math.ceil(tokens / job.tokens_per_step)
             # ideal as goodput counts it: every GPU at the mean speed (the step less its wait for the slowest)
-            rp.ideal_time_to_train_s = steps * (pred.step_time_s - pred.breakdown_s.get("stragglers", 0.0))
+            rp.ideal_time_to_train_s = steps * pred.mean_gpu_step_time_s
             if estimate_goodput is not None:
                 est = estimate_goodput(pred, tokens, **(options or {}))
                 rp.time_to_train_s, rp.goodput = est.expected_time_to_train_s, est.goodput
