@@ -106,6 +106,14 @@ class FrameworkProfile:
     # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
     # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
     fsdp_unsharded_with_pp: bool = False
+    # ZeRO-2 is FSDP's SHARD_GRAD_OP (FSDP1 ShardingStrategy.SHARD_GRAD_OP: "unshards before the forward,
+    # does not reshard them after the forward, and only reshards them after the backward computation";
+    # FSDP2 fully_shard(reshard_after_forward=False): "avoids the all-gather in backward"; PyTorch docs,
+    # torch.distributed.fsdp): per unit and per micro-batch, one all-gather before its forward and one
+    # reduce-scatter after its backward, prefetched as at ZeRO-3 but without the backward's re-gather
+    # (workload.graph.fsdp_per_unit). False: ZeRO-2 as a bucketed reduce-scatter of the whole gradient and
+    # one parameter all-gather per step (Megatron-Core's distributed optimizer, DeepSpeed ZeRO-2)
+    fsdp_shard_grad_op: bool = False
     # context parallelism's ring: "" = Megatron-Core / Transformer Engine's (K/V passed around the ring,
     # priced as its exchange); "torch" = torch.distributed.tensor.experimental.context_parallel as of Dec
     # 2024 (K/V all-gathered once, repeated K/V heads, one SDPA call per ring step, fp32 output merges and
@@ -327,7 +335,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - optimizer: torch.optim.AdamW(foreach = not fused; --optimizer.fused off, optimizer.py) and
     #   clip_grad_norm_ (max_norm 1.0 in the train configs): optimizer_impl="torch_foreach"
     # - FSDP2 (fully_shard) all-gather copy-out and reduce-scatter copy-in on the compute stream: fsdp2_copies
-    FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("torchtitan-eager", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
@@ -336,7 +344,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
-    FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
+    FrameworkProfile("torchtitan-compile", fsdp_shard_grad_op=True, fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
                      backward_dispatch_s=value("host.compiled_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
@@ -371,7 +379,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     #   (the pretrain yamls): the same passes over memory as the foreach AdamW, optimizer_impl "torch_foreach"
     # - eager PyTorch: the per-kernel host costs and gaps of pytorch-eager; no torch.compile (b2a43a14:
     #   "rm compile support in profiling")
-    FrameworkProfile("llm-foundry-triton", fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("llm-foundry-triton", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=True, fused_cross_entropy=True, grad_reduce_bytes=4,
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
@@ -382,7 +390,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
     # the same stack run with attn_impl 'flash' (flash_attn 2.x, installed with '.[gpu-flash2]'):
     # Dao-AILab's FlashAttention-2
-    FrameworkProfile("llm-foundry-flash", fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("llm-foundry-flash", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=True, fused_cross_entropy=True, grad_reduce_bytes=4,
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
@@ -452,7 +460,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      sp_with_tp=False, capabilities=_DEEPSPEED_CAPS, family="deepspeed"),
     # torchtitan as benchmarked, eager: nn.RMSNorm and complex-number RoPE as composites of PyTorch ops,
     # SwiGLU as silu and mul, residual adds and the loss (F.cross_entropy on fp32 logits) apart
-    FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False, fused_rope=False, fused_norm=False,
+    FrameworkProfile("torchtitan", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False, fused_norm=False,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
@@ -462,7 +470,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
-    FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("pytorch-eager", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, grad_reduce_bytes=4,
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
@@ -471,7 +479,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False), family="pytorch"),
-    FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
+    FrameworkProfile("pytorch-compile", fsdp_shard_grad_op=True, fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=True, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
                      backward_dispatch_s=value("host.compiled_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP,
