@@ -335,7 +335,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - optimizer: torch.optim.AdamW(foreach = not fused; --optimizer.fused off, optimizer.py) and
     #   clip_grad_norm_ (max_norm 1.0 in the train configs): optimizer_impl="torch_foreach"
     # - FSDP2 (fully_shard) all-gather copy-out and reduce-scatter copy-in on the compute stream: fsdp2_copies
-    FrameworkProfile("torchtitan-eager", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("torchtitan-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
@@ -343,8 +343,9 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
                      loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
+                     fsdp_shard_grad_op=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
-    FrameworkProfile("torchtitan-compile", fsdp_shard_grad_op=True, fused_bias_act=True, fused_residual=True, fused_rope=True,
+    FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
                      backward_dispatch_s=value("host.compiled_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"),
@@ -353,6 +354,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", cp_ring_compiled=True,
                      attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
+                     fsdp_shard_grad_op=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     # MosaicML llm-foundry training MPT through Composer with PyTorch FSDP (FSDP1), as its benchmark tables
     # ran; two profiles that differ only in attn_impl (as torchtitan's differ in compile): llm-foundry-triton
@@ -373,13 +375,16 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - FSDP1 through Composer: one unit per MPTBlock (MPTModel.fsdp_wrap_fn) plus the root, sharded fp32 flat
     #   parameters cast to bf16 for compute (fsdp_config mixed_precision DEFAULT: reduce dtype fp32; PURE: bf16),
     #   limit_all_gathers, backward_prefetch BACKWARD_PRE (sweep.py): master_in_optimizer False (4 + 4 + 8 bytes
-    #   per parameter), ZeRO-3 unless sharding_strategy SHARD_GRAD_OP
+    #   per parameter), ZeRO-3 unless sharding_strategy SHARD_GRAD_OP (ZeRO-2 as fsdp_shard_grad_op: each unit
+    #   gathered in the forward, kept for the backward, reduce-scattered after it). limit_all_gathers is torch
+    #   2.1's rate limiter, at most 2 all-gathers in flight (_limiter_utils.py _FreeEventQueue): the current
+    #   unit's and the one prefetched, no tighter than the one-unit window (schedule.fsdp_prefetch_units)
     # - optimizer: Composer DecoupledAdamW, whose step runs a Python loop of torch ops per parameter
     #   (composer/optim/decoupled_weight_decay.py DecoupledAdamW.adamw), and gradient clipping by norm
     #   (the pretrain yamls): the same passes over memory as the foreach AdamW, optimizer_impl "torch_foreach"
     # - eager PyTorch: the per-kernel host costs and gaps of pytorch-eager; no torch.compile (b2a43a14:
     #   "rm compile support in profiling")
-    FrameworkProfile("llm-foundry-triton", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("llm-foundry-triton", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=True, fused_cross_entropy=True, grad_reduce_bytes=4,
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
@@ -387,10 +392,11 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, attention_kernel="flash2", attention_triton=True,
                      optimizer_impl="torch_foreach", default_zero_stage=3, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
     # the same stack run with attn_impl 'flash' (flash_attn 2.x, installed with '.[gpu-flash2]'):
     # Dao-AILab's FlashAttention-2
-    FrameworkProfile("llm-foundry-flash", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("llm-foundry-flash", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=True, fused_cross_entropy=True, grad_reduce_bytes=4,
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
@@ -398,6 +404,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, attention_kernel="flash2",
                      optimizer_impl="torch_foreach", default_zero_stage=3, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
     # HAI-LLM, DeepSeek's in-house framework, as the DeepSeek-V3 Technical Report (arXiv 2412.19437)
     # documents it (Sec. 3.2, 3.3); what the report does not describe keeps the Megatron-Core defaults
@@ -460,7 +467,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      sp_with_tp=False, capabilities=_DEEPSPEED_CAPS, family="deepspeed"),
     # torchtitan as benchmarked, eager: nn.RMSNorm and complex-number RoPE as composites of PyTorch ops,
     # SwiGLU as silu and mul, residual adds and the loss (F.cross_entropy on fp32 logits) apart
-    FrameworkProfile("torchtitan", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False, fused_norm=False,
+    FrameworkProfile("torchtitan", fused_bias_act=False, fused_residual=False, fused_rope=False, fused_norm=False,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP_TITAN,
@@ -468,9 +475,10 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
                      attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
+                     fsdp_shard_grad_op=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
-    FrameworkProfile("pytorch-eager", fsdp_shard_grad_op=True, fused_bias_act=False, fused_residual=False, fused_rope=False,
+    FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
                      fused_norm=False, fused_cross_entropy=False, grad_reduce_bytes=4,
                      cpu_dispatch_s=value("host.torch_forward_per_kernel_s"),
                      backward_dispatch_s=value("host.torch_backward_per_kernel_s"),
@@ -478,13 +486,15 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH,
                      allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False), family="pytorch"),
-    FrameworkProfile("pytorch-compile", fsdp_shard_grad_op=True, fused_bias_act=True, fused_residual=True, fused_rope=True,
+    FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=True, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
                      backward_dispatch_s=value("host.compiled_per_kernel_s"),
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP,
                      base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=Capabilities(expert_parallel=False), family="pytorch"),
 )
 
