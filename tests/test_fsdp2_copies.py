@@ -76,7 +76,7 @@ def test_copies_once_per_step_under_pipeline_parallelism():
         assert ops["fsdp2.copy_in.dp_cp"].kernels == 2          # one layer and the embedding or the head
 
 
-@pytest.mark.parametrize("framework,plan", [("megatron", "dp=8,zero=3"), ("torchtitan", "dp=8,zero=2")])
+@pytest.mark.parametrize("framework,plan", [("megatron", "dp=8,zero=3"), ("torchtitan", "dp=8,zero=0")])
 def test_no_copies_without_fsdp2(framework, plan):
     g = build_graph(_tiny(framework=framework, plan=plan))
     assert not _copies(g.stages[0].microbatch_dp_ops) and not _copies(g.stages[0].step_ops)
@@ -132,3 +132,11 @@ def test_chakra_and_perfetto_carry_the_copies(plan, global_batch):
         assert want > 0 and got == pytest.approx(want)
     events = [e for e in perfetto_trace(simulate(job, baseline=False))["traceEvents"] if "fsdp2." in e.get("name", "")]
     assert events and all(e["cat"] == "compute" and e["args"]["bytes"] > 0 for e in events)
+
+
+def test_zero2_copies_out_in_the_forward_only():
+    """torchtitan's ZeRO-2 is fully_shard(reshard_after_forward=False): each unit's forward all-gather is
+    copied out and each reduce-scatter copied in, as at ZeRO-3, but the backward gathers nothing, so it
+    copies nothing out (workload.graph.fsdp2_copies, regather False)."""
+    ops = _copies(build_graph(_tiny(plan="dp=8,zero=2")).stages[0].microbatch_dp_ops)
+    assert set(ops) == {"fsdp2.copy_out.fwd.dp_cp", "fsdp2.copy_in.dp_cp"}

@@ -35,7 +35,7 @@ from ..parallel.rules import (Capabilities, JobFacts, PlanFacts, Rule, rules_at,
 from ..specs import ClusterSpec, ModelSpec, stage_layer_split
 from ..specs.framework import adam_step_bytes, for_plan, get_framework
 from ..specs.plan import Plan, ep_overlap_layout
-from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_keeps_root, fsdp_units, layer_context, optimizer_traffic,
+from ..workload.graph import (StageParams, dp_collectives, fsdp2_copies, fsdp_keeps_root, fsdp_per_unit, fsdp_units, layer_context, optimizer_traffic,
                               param_gather_bytes,
                               pipeline_message_bytes,
                               layer_recompute_ops, recompute_mode, recompute_ops, stage_layers, stage_params)
@@ -836,6 +836,7 @@ class _Layout:
         base_classes = self._stage_times(rows)
         pp_s = self._pipeline_sends(mrow)
         sync, gather, opt, fsdp, nic_shared, cp_shares_link = self._data_parallel(srow, z_col)
+        regather: Any = z_col >= 3     # ZeRO-3 re-gathers each unit for its backward; FSDP's ZeRO-2 does not
 
         # the schedule, per overlap choice
         dp_cp_r = self.dp_cp[srow]
@@ -846,6 +847,7 @@ class _Layout:
             base_classes = [StageTime(**{k: _one(v) for k, v in st.__dict__.items()}) for st in base_classes]
             pp_s, nic_shared, cp_shares_link, m_rows = _one(pp_s), _one(nic_shared), _one(cp_shares_link), _one(m_rows)
             dp_rows = _one(dp_rows)
+            regather = bool(np.asarray(regather).reshape(-1)[0])
             sync, gather, opt = ([_one(x) for x in v] for v in (sync, gather, opt))
             fsdp = [(_one(ag), _one(rs), units, _one(cp), _one(cf), _one(sc), _one(agr), _one(rsr))
                     for ag, rs, units, cp, cf, sc, agr, rsr in fsdp]
@@ -892,7 +894,7 @@ class _Layout:
                     busy_bwd = st.cp_hidden_bwd_s + base.cp_open_bwd_s * cp_shares_link + pp_nic
                     st.fsdp_s = exposed_fsdp(ag, rs, units, fwd_wall + copies_fwd, bwd_wall + copies - copies_fwd,
                                              opg, busy_fwd, busy_bwd, ag_root, rs_root,
-                                             fsdp_keeps_root(self.pr.fw)) + copies
+                                             fsdp_keeps_root(self.pr.fw), regather) + copies
                     stage_times.append(st)
                 params_of = params_rows
                 if self.dualpipe:   # the ranks, each holding two stages
@@ -1032,16 +1034,17 @@ class _Layout:
                           (take(self.expert[k]), 0.0, edp_pl, take(edp_idx), max(1, cls.n_moe)))
                 acc: dict[str, Any] = {"dp_sync": 0.0, "param_gather": 0.0, "fsdp_ag": 0.0, "fsdp_rs": 0.0,
                                        "fsdp_ag_root": 0.0, "fsdp_rs_root": 0.0}
+                per_unit = fsdp_per_unit(z, pr.fw)
                 for nparams, root_params, pls, idx, n_units in groups:
                     for name, kind, _phase, per_mb, elem in dp_collectives(
-                            z, z >= 3 and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp):
+                            z, per_unit and self.pp > 1 and pr.fw.fsdp_unsharded_with_pp, pr.fw.fsdp_shard_grad_op):
                         per_elem = gb if elem == "grad" else pb
                         nbytes = nparams * per_elem
                         if name == "dp.param_all_gather":
                             # the root unit's parameters: the embedding and output layer (none in the expert group)
                             nbytes = param_gather_bytes(nparams, root_params, pb, plans.precision, pr.fw)
                         t_root: Any = 0.0
-                        if z >= 3:   # one collective per unit: the root's, and each layer's
+                        if per_unit:   # one collective per unit: the root's, and each layer's
                             if not isinstance(root_params, float) or root_params > 0:
                                 t_root = _ring_times(pr.network, kind, root_params * per_elem, pls, idx)
                             t = t_root
@@ -1087,7 +1090,7 @@ class _Layout:
         copies them: fsdp2_copies), priced as ``Pricer.time`` prices them (memory-bound kernels, one
         kernel gap each)."""
         pr = self.pr
-        if z < 3 or not pr.fw.fsdp2_copies:
+        if not fsdp_per_unit(z, pr.fw) or not pr.fw.fsdp2_copies:
             return None, None
         cls = self.classes[k]
         units = fsdp_units(cls.n_dense, cls.n_moe, cls.is_first or cls.is_last)
@@ -1101,7 +1104,7 @@ class _Layout:
             root = (take(self.embedding[k]) * (size > 1)
                     if group == "dp_cp" and (cls.is_first or cls.is_last) and fsdp_keeps_root(pr.fw) else 0.0)
             for _name, phase, nbytes, kernels, _per_mb in fsdp2_copies(sharded, units[group], pb, gb, per_step,
-                                                                       root):
+                                                                       root, regather=z >= 3):
                 t = pr._memory_bound._memory_time(nbytes, "elementwise") + pr.fw.kernel_gap_s * kernels
                 t = t * (sharded > 0)     # no kernels where the group holds nothing sharded
                 total = total + t

@@ -339,7 +339,7 @@ def pass_walls(st: StageTime):
 
 
 def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0, cp_hidden_bwd=0.0, root_gather=0.0,
-                 root_reduce=0.0, root_kept=True):
+                 root_reduce=0.0, root_kept=True, regather=True):
     """Exposed FSDP/ZeRO-3 time of one micro-batch. The framework gathers each of ``units`` units
     (a layer; a parameter group in DeepSpeed) before its forward and again before its backward, and
     reduce-scatters its gradients after its backward (``gather``, ``reduce``: totals over the units of
@@ -370,7 +370,13 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     workload.graph.fsdp_keeps_root), so the backward does not re-gather it:
         backward with a root: r0 + (L - 1) max(0, a + r - c_b)
     (the first layer unit's backward gather is prefetched by the root's pre-backward hook, under the
-    head's backward), and the pass's collectives total 2 gather - a0 + reduce."""
+    head's backward), and the pass's collectives total 2 gather - a0 + reduce.
+
+    ``regather`` False (ZeRO-2 as FSDP's SHARD_GRAD_OP, workload.graph.fsdp_per_unit): the units stay
+    gathered from their forward to their backward, so the backward has no all-gather:
+        backward: r + (L - 1) max(0, r - c_b)
+    and the pass's collectives total gather + reduce. Each collective is one ring over the data-parallel
+    group, (N - 1) steps with their latency (cost/network.py), per unit: the latency is paid L times."""
     L = maximum(units, 1)
     rest = maximum(L - 1, 1)
     a0 = where(root_gather > 0, root_gather, gather / L)     # the first unit's
@@ -382,8 +388,9 @@ def exposed_fsdp(gather, reduce, units, fwd_s, bwd_s, overlap, cp_hidden_fwd=0.0
     cb = window * maximum(bwd_s - cp_hidden_bwd, 0.0) / L
     fwd = a0 + (L - 1) * maximum(0.0, a - cf)
     has_root = logical_and(root_gather > 0, root_kept)
-    bwd = where(has_root, 0.0, a0) + r0 + (L - 1) * maximum(0.0, a + r - cb)
-    total = 2 * gather - where(has_root, root_gather, 0.0) + reduce
+    g = where(regather, 1.0, 0.0)           # the backward's share of a unit's gather
+    bwd = where(has_root, 0.0, g * a0) + r0 + (L - 1) * maximum(0.0, g * a + r - cb)
+    total = gather + g * (gather - where(has_root, root_gather, 0.0)) + reduce
     exposed = minimum(fwd + bwd, total)
     # the hidden collectives slow the compute they run beside (schedule.overlap_compute_slowdown)
     return where(overlap, exposed + OVERLAP_SLOWDOWN * (total - exposed), total)

@@ -153,7 +153,9 @@ class StageDP:
         gather = tuple(op for op in sg.step_ops if op.kind == OpKind.COLLECTIVE and op.collective == "all_gather")
         opt = next((op for op in sg.step_ops if op.kind == OpKind.OPTIMIZER), None)
         buckets = {op.name: make_buckets(chunks, op.group) for op in grad + gather}
-        gate = plan.zero_stage in (1, 2) and bool(plan.overlap_param_gather) and bool(gather)
+        # (FSDP's once-per-step gathers, ``fsdp.*``: ZeRO-3, or ZeRO-2 as SHARD_GRAD_OP, under PP, are not buckets)
+        gate = (plan.zero_stage in (1, 2) and bool(plan.overlap_param_gather) and bool(gather)
+                and not any(op.name.startswith("fsdp.") for op in gather))
         release = bool(grad) and bool(plan.overlap_dp_comm)
         fsdp = tuple(op for op in sg.microbatch_dp_ops if op.is_comm)
         copies = tuple(op for op in sg.microbatch_dp_ops if not op.is_comm)

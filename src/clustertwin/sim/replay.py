@@ -330,7 +330,7 @@ class _Replay:
             # FSDP gathering once per step (torchtitan under PP: reshard_after_forward off): each layer's
             # parameters gathered at its chunk's first forward, prefetched as per micro-batch, and
             # copied out there (torch.distributed.pipelining keeps them unsharded until the last backward)
-            step_gather = list(gather_ops) if plan.zero_stage >= 3 else []
+            step_gather = [op for op in gather_ops if op.name.startswith("fsdp.")]
             # this iteration's parameter all-gathers, bucket by bucket in forward order, under the first forwards
             gate_task: dict[tuple[int, int], int] = {}          # (chunk, segment) -> last all-gather it waits for
             if gate:

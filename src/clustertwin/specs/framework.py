@@ -106,6 +106,14 @@ class FrameworkProfile:
     # FSDP under pipeline parallelism keeps each stage's parameters gathered and accumulates unsharded
     # gradients (in the reduce dtype) until the last micro-batch (torchtitan: reshard_after_forward off with PP)
     fsdp_unsharded_with_pp: bool = False
+    # ZeRO-2 is FSDP's SHARD_GRAD_OP (FSDP1 ShardingStrategy.SHARD_GRAD_OP: "unshards before the forward,
+    # does not reshard them after the forward, and only reshards them after the backward computation";
+    # FSDP2 fully_shard(reshard_after_forward=False): "avoids the all-gather in backward"; PyTorch docs,
+    # torch.distributed.fsdp): per unit and per micro-batch, one all-gather before its forward and one
+    # reduce-scatter after its backward, prefetched as at ZeRO-3 but without the backward's re-gather
+    # (workload.graph.fsdp_per_unit). False: ZeRO-2 as a bucketed reduce-scatter of the whole gradient and
+    # one parameter all-gather per step (Megatron-Core's distributed optimizer, DeepSpeed ZeRO-2)
+    fsdp_shard_grad_op: bool = False
     # context parallelism's ring: "" = Megatron-Core / Transformer Engine's (K/V passed around the ring,
     # priced as its exchange); "torch" = torch.distributed.tensor.experimental.context_parallel as of Dec
     # 2024 (K/V all-gathered once, repeated K/V heads, one SDPA call per ring step, fp32 output merges and
@@ -335,6 +343,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      selective_recompute="ops", attention_kernel="flash2", fsdp_unsharded_with_pp=True,
                      loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
+                     fsdp_shard_grad_op=True,
                      capabilities=_TORCHTITAN_EAGER_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     FrameworkProfile("torchtitan-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=False, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
@@ -345,6 +354,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch", cp_ring_compiled=True,
                      attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
+                     fsdp_shard_grad_op=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3, family="torchtitan", released="2024-12"),
     # MosaicML llm-foundry training MPT through Composer with PyTorch FSDP (FSDP1), as its benchmark tables
     # ran; two profiles that differ only in attn_impl (as torchtitan's differ in compile): llm-foundry-triton
@@ -365,7 +375,10 @@ _STACKS: tuple[FrameworkProfile, ...] = (
     # - FSDP1 through Composer: one unit per MPTBlock (MPTModel.fsdp_wrap_fn) plus the root, sharded fp32 flat
     #   parameters cast to bf16 for compute (fsdp_config mixed_precision DEFAULT: reduce dtype fp32; PURE: bf16),
     #   limit_all_gathers, backward_prefetch BACKWARD_PRE (sweep.py): master_in_optimizer False (4 + 4 + 8 bytes
-    #   per parameter), ZeRO-3 unless sharding_strategy SHARD_GRAD_OP
+    #   per parameter), ZeRO-3 unless sharding_strategy SHARD_GRAD_OP (ZeRO-2 as fsdp_shard_grad_op: each unit
+    #   gathered in the forward, kept for the backward, reduce-scattered after it). limit_all_gathers is torch
+    #   2.1's rate limiter, at most 2 all-gathers in flight (_limiter_utils.py _FreeEventQueue): the current
+    #   unit's and the one prefetched, no tighter than the one-unit window (schedule.fsdp_prefetch_units)
     # - optimizer: Composer DecoupledAdamW, whose step runs a Python loop of torch ops per parameter
     #   (composer/optim/decoupled_weight_decay.py DecoupledAdamW.adamw), and gradient clipping by norm
     #   (the pretrain yamls): the same passes over memory as the foreach AdamW, optimizer_impl "torch_foreach"
@@ -379,6 +392,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, attention_kernel="flash2", attention_triton=True,
                      optimizer_impl="torch_foreach", default_zero_stage=3, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
     # the same stack run with attn_impl 'flash' (flash_attn 2.x, installed with '.[gpu-flash2]'):
     # Dao-AILab's FlashAttention-2
@@ -390,6 +404,7 @@ _STACKS: tuple[FrameworkProfile, ...] = (
                      kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, attention_kernel="flash2",
                      optimizer_impl="torch_foreach", default_zero_stage=3, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=_LLM_FOUNDRY_CAPS, family="llm-foundry", released="2023-10"),
     # HAI-LLM, DeepSeek's in-house framework, as the DeepSeek-V3 Technical Report (arXiv 2412.19437)
     # documents it (Sec. 3.2, 3.3); what the report does not describe keeps the Megatron-Core defaults
@@ -460,6 +475,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      fsdp_unsharded_with_pp=True, loss_memory="torch", sp_saves_gathered_input=True, cp_ring="torch",
                      attention_sdpa=True,
                      optimizer_impl="torch_foreach", fsdp2_copies=True,
+                     fsdp_shard_grad_op=True,
                      capabilities=_TORCHTITAN_CAPS, default_zero_stage=3,
                      family="torchtitan"),
     FrameworkProfile("pytorch-eager", fused_bias_act=False, fused_residual=False, fused_rope=False,
@@ -470,6 +486,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      kernel_gap_s=_GAP_EAGER, base_memory_bytes=_BASE_TORCH,
                      allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=Capabilities(expert_parallel=False, tp_overlap=False), family="pytorch"),
     FrameworkProfile("pytorch-compile", fused_bias_act=True, fused_residual=True, fused_rope=True,
                      fused_cross_entropy=True, cpu_dispatch_s=value("host.compiled_per_kernel_s"),
@@ -477,6 +494,7 @@ _BASE: tuple[FrameworkProfile, ...] = (
                      microbatch_overhead_s=value("host.torch_microbatch_overhead_s"), kernel_gap_s=_GAP,
                      base_memory_bytes=_BASE_TORCH, allocator_overhead=_ALLOC_TORCH,
                      master_in_optimizer=False, default_zero_stage=0, sp_with_tp=False,
+                     fsdp_shard_grad_op=True,
                      capabilities=Capabilities(expert_parallel=False), family="pytorch"),
 )
 

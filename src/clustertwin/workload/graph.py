@@ -413,7 +413,8 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
         # the root unit (embedding, final norm and head: ``fsdp_units``) is gathered in the forward only
         root = (params.embedding if group == "dp_cp" and plan.zero_stage >= 3 and not per_step and fsdp_keeps_root(fw)
                 else 0.0)
-        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, per_step):
+        for name, kind, phase, per_microbatch, elem in dp_collectives(plan.zero_stage, per_step,
+                                                                      fw.fsdp_shard_grad_op):
             held = n - root if name == "fsdp.param_all_gather.bwd" else n
             if held <= 0:
                 continue
@@ -423,8 +424,9 @@ def _dp_ops(model: ModelSpec, plan: ResolvedPlan, fw: FrameworkProfile, params: 
                 nbytes = param_gather_bytes(held, emb, pb, plan.precision, fw)
             (per_mb if per_microbatch else step).append(
                 collective(f"{name}.{group}", kind, group, nbytes, phase, True, "step"))
-        if plan.zero_stage >= 3 and fw.fsdp2_copies:
-            for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step, root):
+        if fsdp_per_unit(plan.zero_stage, fw) and fw.fsdp2_copies:
+            for op, per_microbatch in fsdp2_copy_ops(group, n, units[group], pb, gb, per_step, root,
+                                                     regather=plan.zero_stage >= 3):
                 (per_mb if per_microbatch else step).append(op)
     shard, adam_bytes = optimizer_traffic(dense, expert, dp_cp, edp, plan.zero_stage, pb, fw.grad_buffer_checks, gb,
                                           foreach=fw.optimizer_impl == "torch_foreach",
@@ -450,7 +452,8 @@ def fsdp2_copy_bytes(params, param_bytes: int, grad_bytes: int, gathers: int = 2
     return gathers * out + copy_in
 
 
-def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step: bool = False, root=0.0):
+def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step: bool = False, root=0.0,
+                 regather: bool = True):
     """FSDP2's copies of one parameter group of a stage, as (name, phase, bytes, kernels, once per
     micro-batch?): one copy-out after each all-gather (forward, and backward's re-gather) and one
     copy-in before each reduce-scatter, each a memory-bound kernel per unit (``units``) on the compute
@@ -459,11 +462,15 @@ def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step
     ``root``: the root unit's parameters among ``params`` (one of the ``units``), which the backward
     does not re-gather, so nor copy out (``fsdp_units``: FSDP2 keeps the root unsharded after the forward).
     The one definition the workload graph's ops (``fsdp2_copy_ops``) and the batch pricer use.
-    ``params``, ``root`` floats or arrays (many structures)."""
+    ``params``, ``root`` floats or arrays (many structures). ``regather`` False (ZeRO-2 as
+    reshard_after_forward=False, ``fsdp_per_unit``): no backward all-gather, so no backward copy-out."""
     out, copy_in = fsdp2_copy_parts(params, param_bytes, grad_bytes)
     if per_step:
         return (("fsdp2.copy_out", Phase.STEP, out, units, False),
                 ("fsdp2.copy_in", Phase.STEP, copy_in, units, False))
+    if not regather:
+        return (("fsdp2.copy_out.fwd", Phase.FWD, out, units, True),
+                ("fsdp2.copy_in", Phase.BWD, copy_in, units, True))
     out_bwd, _ = fsdp2_copy_parts(params - root, param_bytes, grad_bytes)
     units_bwd = units - where(root > 0, 1, 0)
     return (("fsdp2.copy_out.fwd", Phase.FWD, out, units, True),
@@ -472,14 +479,14 @@ def fsdp2_copies(params, units: int, param_bytes: int, grad_bytes: int, per_step
 
 
 def fsdp2_copy_ops(group: str, params: float, units: int, param_bytes: int, grad_bytes: int,
-                   per_step: bool = False, root: float = 0.0) -> tuple[tuple[Op, bool], ...]:
+                   per_step: bool = False, root: float = 0.0, regather: bool = True) -> tuple[tuple[Op, bool], ...]:
     """``fsdp2_copies`` of ``group`` as ops of the workload graph (memory-bound, on the compute stream,
     one kernel per unit), each with whether it runs once per micro-batch (none where it copies nothing:
     a stage holding the root unit alone copies nothing out in the backward)."""
     return tuple((Op(f"{name}.{group}", OpKind.ELEMENTWISE, phase, bytes=float(nbytes), group=group, layer="step",
                      kernels=int(kernels)), per_mb)
                  for name, phase, nbytes, kernels, per_mb in fsdp2_copies(params, units, param_bytes, grad_bytes,
-                                                                          per_step, root)
+                                                                          per_step, root, regather)
                  if nbytes > 0)
 
 
@@ -487,18 +494,31 @@ def fsdp_per_step(plan, fw: FrameworkProfile) -> bool:
     """FSDP that keeps a pipeline stage's parameters gathered, and its gradients unreduced, across
     the micro-batches of a step (torchtitan with PP: reshard_after_forward off, gradient sync on the
     last micro-batch): one gather and one reduce-scatter per step instead of per micro-batch."""
-    return plan.zero_stage >= 3 and plan.pp > 1 and fw.fsdp_unsharded_with_pp
+    return fsdp_per_unit(plan.zero_stage, fw) and plan.pp > 1 and fw.fsdp_unsharded_with_pp
 
 
-def dp_collectives(zero_stage: int, per_step: bool = False) -> tuple[tuple[str, str, Phase, bool, str], ...]:
+def fsdp_per_unit(zero_stage: int, fw: FrameworkProfile) -> bool:
+    """Whether a ZeRO stage runs FSDP's per-unit collectives: ZeRO-3, and ZeRO-2 where the framework's
+    ZeRO-2 is FSDP's SHARD_GRAD_OP (``FrameworkProfile.fsdp_shard_grad_op``)."""
+    return zero_stage >= 3 or (zero_stage == 2 and fw.fsdp_shard_grad_op)
+
+
+def dp_collectives(zero_stage: int, per_step: bool = False,
+                   shard_grad_op: bool = False) -> tuple[tuple[str, str, Phase, bool, str], ...]:
     """The data-parallel collectives of a ZeRO stage, per parameter group: (name, kind, phase, once per
     micro-batch?, element: "grad" (reduced in the framework's gradient dtype) or "param" (16-bit)).
-    ``per_step``: FSDP gathering once and reducing once per step (``fsdp_per_step``)."""
-    if zero_stage >= 3 and per_step:
+    ``per_step``: FSDP gathering once and reducing once per step (``fsdp_per_step``). ``shard_grad_op``:
+    ZeRO-2 is FSDP's SHARD_GRAD_OP (``FrameworkProfile.fsdp_shard_grad_op``): each unit gathered before
+    its forward and kept for its backward, its gradients reduce-scattered after it, per micro-batch."""
+    fsdp = zero_stage >= 3 or (zero_stage == 2 and shard_grad_op)
+    if fsdp and per_step:
         return (("fsdp.param_all_gather", "all_gather", Phase.STEP, False, "param"),
                 ("fsdp.grad_reduce_scatter", "reduce_scatter", Phase.STEP, False, "grad"))
     if zero_stage == 0:
         return (("dp.grad_allreduce", "all_reduce", Phase.STEP, False, "grad"),)
+    if fsdp and zero_stage == 2:
+        return (("fsdp.param_all_gather.fwd", "all_gather", Phase.FWD, True, "param"),
+                ("fsdp.grad_reduce_scatter", "reduce_scatter", Phase.BWD, True, "grad"))
     if zero_stage in (1, 2):
         return (("dp.grad_reduce_scatter", "reduce_scatter", Phase.STEP, False, "grad"),
                 ("dp.param_all_gather", "all_gather", Phase.STEP, False, "param"))
