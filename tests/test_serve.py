@@ -981,3 +981,54 @@ def test_batcher_note_reaches_the_request() -> None:
     assert request_of(row, []).harness_batcher == (0.3, 96)
     row["notes"] = "vllm serve"
     assert request_of(row, []).harness_batcher is None
+
+
+def test_vllm_v0_pads_the_mla_latent_entry_on_cuda_only() -> None:
+    """vLLM V0 on CUDA rounds DeepSeek's 576-value latent entry (1152 bytes) up to 256 bytes: 1280 bytes a token
+    and layer, so the same memory holds 1152/1280 of the tokens; ROCm, V1 and GQA models are unpadded."""
+    from clustertwin.serve.engines import engine_for_platform
+    vllm = get_engine("vllm")
+    assert engine_for_platform(vllm, "0.7.4.dev181+gf35f8e22", "nvidia")[0].mla_cache_align_bytes == 256
+    assert engine_for_platform(vllm, "0.7.3", "amd")[0].mla_cache_align_bytes == 0
+    assert engine_for_platform(vllm, "0.8.0", "nvidia")[0].mla_cache_align_bytes == 0
+    ds = load_model("deepseek-v3")
+    plain = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8")
+    padded = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=vllm.with_overrides(mla_cache_align_bytes=256))
+    assert plain.kv_alloc_bytes_per_token == plain.kv_bytes_per_token == 576 * 2 * ds.num_layers   # whole latent a rank
+    assert padded.kv_alloc_bytes_per_token == 640 * 2 * ds.num_layers
+    assert padded.kv_bytes_per_token == plain.kv_bytes_per_token          # the kernels read the unpadded part
+    a, b = memory_plan(plain), memory_plan(padded)
+    assert a.kv_cache_bytes == b.kv_cache_bytes
+    assert b.kv_cache_tokens < a.kv_cache_tokens                          # padding never adds capacity
+    assert abs(b.kv_cache_tokens / a.kv_cache_tokens - 1152 / 1280) < 1e-3
+    gqa = setup("llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(mla_cache_align_bytes=256))
+    assert gqa.kv_alloc_bytes_per_token == gqa.kv_bytes_per_token
+
+
+def test_vllm_without_max_model_len_takes_the_models_native_context() -> None:
+    """vllm serve of DeepSeek-R1 without --max-model-len runs max_model_len 163840 (its config's
+    max_position_embeddings): V0 without chunked prefill then schedules (and profiles) 163840 tokens a step,
+    which leaves less memory for the KV cache than an 8192-token budget; a given --max-model-len still wins."""
+    from clustertwin.serve.run import build_setup
+    q = ServeRequest(model="deepseek-v3", gpu="h200", num_gpus=8, plan="tp=8", engine="vllm",
+                     engine_version="0.7.4", precision="fp8", input_len=3200, output_len=800, num_requests=2)
+    s, notes = build_setup(q)
+    assert s.engine.max_num_batched_tokens == 163840 and any("max_position_embeddings" in n for n in notes)
+    given = build_setup(ServeRequest(**{**q.__dict__, "max_model_len": 32768}))[0]
+    assert given.engine.max_num_batched_tokens == 32768
+    assert memory_plan(s).kv_cache_tokens < memory_plan(given).kv_cache_tokens   # bigger profiling pass
+    v1 = build_setup(ServeRequest(**{**q.__dict__, "engine_version": "0.8.0"}))[0]
+    assert v1.engine.max_num_batched_tokens == get_engine("vllm").max_num_batched_tokens   # chunked: not sized
+
+
+def test_less_memory_never_more_kv_capacity_and_a_full_cache_admits_nobody() -> None:
+    eng = get_engine("vllm").with_overrides(chunked_prefill=False)
+    caps = [memory_plan(setup("llama3-8b", "h100-sxm", 1, engine=eng.with_overrides(memory_fraction=f))).kv_cache_tokens
+            for f in (0.5, 0.7, 0.9)]
+    assert caps == sorted(caps)
+    # a cache that holds two requests at a time: the third waits for one to finish, so at most two run at once
+    s = setup("llama3-8b", "h100-sxm", 1, engine=eng)
+    sim = Simulator(s, 2 * (1000 + 100) + 2 * 16)
+    res = sim.run(make_requests(6, 1000, 100))
+    assert res.max_running <= 2 and np.isfinite(res.finish_s).all()
+    assert (np.sort(res.ttft_s)[2:] > np.sort(res.ttft_s)[:2].max()).all()

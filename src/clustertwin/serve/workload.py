@@ -232,6 +232,27 @@ class ServeSetup:
         """KV-cache bytes one token takes on one GPU (its stage's layers)."""
         return self.kv_bytes_per_token_layer * math.ceil(self.model.num_layers / self.pp)
 
+    @cached_property
+    def kv_alloc_bytes_per_token(self) -> float:
+        """KV-cache bytes one token *occupies* on one GPU: ``kv_bytes_per_token`` unless the engine pads an MLA
+        latent entry (EngineProfile.mla_cache_align_bytes: vLLM V0 on CUDA rounds the 576 values up to 256 bytes
+        in the model's 16-bit dtype, then stores them in the cache dtype; the kernels read the unpadded part).
+
+        >>> from clustertwin.catalog import load_model, cluster_for_gpu
+        >>> from clustertwin.serve.engines import get_engine
+        >>> s = ServeSetup(load_model("deepseek-v3"), cluster_for_gpu("h200", 8), tp=8,
+        ...                engine=get_engine("vllm").with_overrides(mla_cache_align_bytes=256))
+        >>> s.kv_bytes_per_token_layer, s.kv_alloc_bytes_per_token / s.model.num_layers
+        (1152.0, 1280.0)
+        """
+        m, align = self.model, self.engine.mla_cache_align_bytes
+        if not (m.mla and align):
+            return self.kv_bytes_per_token
+        per = align / ACT_BYTES                 # values of the model dtype per aligned unit
+        values = math.ceil((m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) / per) * per
+        layer = values * KV_DTYPES[self.kv_dtype] / self.attention_dp
+        return layer * math.ceil(m.num_layers / self.pp)
+
     def gemms(self, t: float, moe: bool) -> list[tuple[str, float, float, float, float, float]]:
         """GEMMs of one layer on one GPU for ``t`` tokens: (name, batch, m, n, k, weight elements read).
         MoE expert GEMMs are one grouped GEMM over the experts the tokens touch."""
@@ -700,7 +721,7 @@ def memory_plan(setup: ServeSetup, max_request_tokens: int = 0) -> MemoryPlan:
         kv = e.memory_fraction * (hbm - w - act - other)
     else:   # static: weights + KV pool in the fraction, activations and the rest outside it
         kv = min(e.memory_fraction * hbm - w, hbm - w - act - other)
-    per_token = setup.kv_bytes_per_token
+    per_token = setup.kv_alloc_bytes_per_token
     blocks = int(max(0.0, kv) // (per_token * e.block_size))
     tokens = blocks * e.block_size
     fits, reason = True, ""
