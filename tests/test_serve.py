@@ -610,8 +610,10 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert parse_version("") is None and parse_version("nightly") is None
     vllm = get_engine("vllm")
     old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
-    # eager V0, no chunked prefill for MLA, the block-FP8 dense GEMM's K steps, the Triton fused MoE's rate
-    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 4
+    # eager V0, no chunked prefill for MLA, the block-FP8 dense GEMM's K steps, the absorbed MLA matrices kept
+    # beside the weights, the Triton fused MoE's rate
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 5
+    assert old.mla_absorbed_weights
     gqa = engine_for_version(vllm, "0.7.3", mla=False)[0]                # a GQA model keeps chunked prefill,
     assert gqa.chunked_prefill and gqa.eager_dispatch_s == value("host.torch_forward_per_kernel_s")  # V0: eager
     assert vllm.eager_dispatch_s == value("host.compiled_per_kernel_s")  # V1 compiles
@@ -627,7 +629,7 @@ def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
     from clustertwin.serve.engines import engine_for_version
     vllm = get_engine("vllm")
     e, notes = engine_for_version(vllm, "0.7.3", mla=True, max_model_len=32768)
-    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 5   # 4 rules + the budget
+    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 6   # 5 rules + the budget
     assert engine_for_version(vllm, "0.7.3", mla=True, max_model_len=1024)[0].max_num_batched_tokens == 2048
     assert engine_for_version(vllm, "0.7.3", mla=True)[0].max_num_batched_tokens == vllm.max_num_batched_tokens
     assert engine_for_version(vllm, "0.7.3", mla=False, max_model_len=32768)[0].max_num_batched_tokens == \
@@ -1032,3 +1034,21 @@ def test_less_memory_never_more_kv_capacity_and_a_full_cache_admits_nobody() -> 
     res = sim.run(make_requests(6, 1000, 100))
     assert res.max_running <= 2 and np.isfinite(res.finish_s).all()
     assert (np.sort(res.ttft_s)[2:] > np.sort(res.ttft_s)[:2].max()).all()
+
+
+def test_vllm_07_keeps_the_absorbed_mla_matrices_beside_the_weights() -> None:
+    """vLLM 0.7.x materializes W_Q_UK and W_UV_O (FP8 when the model is): (1536 + 7168) x 16 heads x 512 bytes a
+    layer at tp 8, 4.35 GB a GPU more weight and so a smaller KV cache; 0.8 and GQA models are unchanged."""
+    from clustertwin.serve.engines import engine_for_version
+    vllm = get_engine("vllm")
+    old = engine_for_version(vllm, "0.7.3", mla=True)[0]
+    assert old.mla_absorbed_weights and not engine_for_version(vllm, "0.8.0", mla=True)[0].mla_absorbed_weights
+    assert not engine_for_version(vllm, "0.7.3", mla=False)[0].mla_absorbed_weights
+    ds = load_model("deepseek-v3")
+    plain = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8")
+    kept = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=vllm.with_overrides(mla_absorbed_weights=True))
+    extra = ds.num_layers * 16 * 512 * (1536 + 7168) * 1.0
+    assert kept.weight_bytes_per_gpu - plain.weight_bytes_per_gpu == pytest.approx(extra)
+    assert memory_plan(kept).kv_cache_tokens < memory_plan(plain).kv_cache_tokens
+    gqa = setup("llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(mla_absorbed_weights=True))
+    assert gqa.weight_bytes_per_gpu == setup("llama3-8b", "h100-sxm", 1).weight_bytes_per_gpu

@@ -74,6 +74,9 @@ class EngineProfile:
     # bytes each token's MLA latent-cache entry (per layer, in the model's 16-bit dtype) is rounded up to where the
     # release pads it for alignment (serve.vllm_mla_cache_align_bytes); 0: stored unpadded
     mla_cache_align_bytes: int = 0
+    # the release keeps, beside an MLA model's weights, the absorbed products W_Q_UK (q_lora_rank x heads x
+    # kv_lora_rank) and W_UV_O (heads x kv_lora_rank x hidden) of every layer, at the attention GEMMs' byte width
+    mla_absorbed_weights: bool = False
     sources: tuple[str, ...] = ()
 
     @property
@@ -205,6 +208,14 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "CUTLASS Block FP8', vllm-project/vllm#13996, 2025-02-27, 8xH100/8xH200) and the Triton "
         "w8a8_block_fp8_matmul where N or K is not a multiple of 128 (kv_a, N = 576): at decode sizes both walk K "
         "in a chain of 128-wide steps (serve.block_fp8_k_step_s a step)"),
+    VersionRule(
+        "vllm", (0, 8), "mla", (("mla_absorbed_weights", True),),
+        "vLLM 0.7.x materializes MLA's absorbed matrices W_Q_UK and W_UV_O of every layer beside the original "
+        "weights (introduced with the latent decode, vllm-project/vllm#12528, 2025-01-31, v0.7.1; requantized to "
+        "FP8 when kv_b_proj is FP8; removed by vllm-project/vllm#14770, 2025-03-13, 'MLA get rid of "
+        "materialization': 'the weight materialization eats up too much of the GPU memory'): for DeepSeek-V3/R1 at "
+        "tp 8, (1536 + 7168) x 16 x 512 FP8 bytes a layer, 4.35 GB a GPU (a vLLM 0.7.3 start-up log of DeepSeek-R1, "
+        "tp 8 on H200, reports 'model weights take 83.88GiB')"),
     VersionRule(
         "sglang", (0, 4, 4), "mla", (("block_fp8_k_step_s", _BLOCK_FP8_K_STEP),),
         "SGLang below 0.4.4 runs DeepSeek's block-FP8 linear layers through the Triton w8a8_block_fp8_matmul "

@@ -310,6 +310,11 @@ class ServeSetup:
             if moe:
                 total += ((m.moe_num_experts / self.ep) * m.expert_params * self.ep / self.tp
                           * self.gemm_format("moe.experts_up", edge)[0])
+        if m.mla and self.engine.mla_absorbed_weights:   # W_Q_UK and W_UV_O of every layer (EngineProfile)
+            a = m.mla
+            heads = m.num_heads if self.attention_dp > 1 else self.heads_gpu
+            q_rank = a.q_lora_rank or m.hidden_size
+            total += m.num_layers * heads * a.kv_lora_rank * (q_rank + m.hidden_size) * self.gemm_format("attn.o")[0]
         per_stage = total / self.pp
         vocab = m.vocab_size * m.hidden_size / self.tp * ACT_BYTES
         emb = vocab if self.pp > 1 or m.tied_embeddings else 2 * vocab
