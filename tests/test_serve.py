@@ -1052,3 +1052,24 @@ def test_vllm_07_keeps_the_absorbed_mla_matrices_beside_the_weights() -> None:
     assert memory_plan(kept).kv_cache_tokens < memory_plan(plain).kv_cache_tokens
     gqa = setup("llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(mla_absorbed_weights=True))
     assert gqa.weight_bytes_per_gpu == setup("llama3-8b", "h100-sxm", 1).weight_bytes_per_gpu
+
+
+def test_vllm_profiling_pass_holds_the_fused_moe_buffers() -> None:
+    """vLLM's Triton fused MoE holds (M, top-k, 2w), (M top-k, w) and (M, top-k, hidden) 16-bit buffers, M the
+    tokens up to its 32768 chunk: for DeepSeek at tp 8 (w = 2048 / 8) that exceeds a dense layer's MLP, and the
+    profiling peak grows with the tokens until the chunk, then by the per-token tensors only."""
+    vllm = get_engine("vllm")
+    s = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8")
+    m = s.model
+    base = 3 * m.hidden_size + (s.heads_gpu + 2 * s.kv_heads_gpu) * m.qk_head_dim
+    t = 32000
+    moe = t * m.moe_top_k * (3 * m.expert_ffn / 8 + m.hidden_size) * 2
+    assert moe > t * 3 * m.ffn_hidden_size / 8 * 2                      # the MoE buffers set the peak
+    assert s.activation_bytes_per_gpu(t, 1024) == pytest.approx(t * base * 2 + moe + 1024 * m.vocab_size * 4)
+    sizes = [s.activation_bytes_per_gpu(n, 256) for n in (1024, 8192, 32768, 65536, 163840)]
+    assert sizes == sorted(sizes)                                        # more tokens never less memory
+    generic = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=vllm.with_overrides(fused_moe_chunk_tokens=0))
+    assert generic.activation_bytes_per_gpu(t, 1024) < s.activation_bytes_per_gpu(t, 1024)
+    dense = setup("llama3-8b", "h100-sxm", 1)                            # no MoE: the generic estimate
+    assert dense.activation_bytes_per_gpu(t, 256) == setup(
+        "llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(fused_moe_chunk_tokens=0)).activation_bytes_per_gpu(t, 256)

@@ -1406,6 +1406,16 @@ _SERVE_KERNELS = [
              "1152/1280)",
              "serving: KV-cache capacity of an MLA model on vLLM below 0.8 on NVIDIA GPUs "
              "(EngineProfile.mla_cache_align_bytes)"),
+    Constant("serve.vllm_fused_moe_chunk_tokens", 32768, "tokens",
+             "vLLM vllm/envs.py 'VLLM_FUSED_MOE_CHUNK_SIZE' default '32768' (0.6-0.8 line); vllm/model_executor/"
+             "layers/fused_moe/fused_moe.py fused_experts_impl: 'M = min(num_tokens, CHUNK_SIZE)', "
+             "intermediate_cache1 (M, topk, N), intermediate_cache2 (M * topk, N // 2), intermediate_cache3 (M, "
+             "topk, K) in the activation dtype (N = 2 x the expert's width on the GPU, K = hidden). Check: a vLLM "
+             "0.7.3 start-up log of DeepSeek-R1 tp 8 on H200 with --max-num-batched-tokens 32000 --max-num-seqs "
+             "1024 reports 'PyTorch activation peak memory takes 6.37GiB'; the estimate with these buffers is 6.1 "
+             "GiB, without them 2.7 GiB",
+             "serving: the activation peak of vLLM's profiling pass for a MoE model, which comes out of the KV "
+             "cache (EngineProfile.fused_moe_chunk_tokens)"),
     Constant("serve.max_position_embeddings.deepseek-v3", 163840, "tokens",
              "deepseek-ai/DeepSeek-V3 and DeepSeek-R1 config.json max_position_embeddings 163840; vLLM takes it "
              "as max_model_len when --max-model-len is not given (vllm-project/vllm#14921, 2025-03-17: the V0 "

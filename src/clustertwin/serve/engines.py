@@ -77,6 +77,9 @@ class EngineProfile:
     # the release keeps, beside an MLA model's weights, the absorbed products W_Q_UK (q_lora_rank x heads x
     # kv_lora_rank) and W_UV_O (heads x kv_lora_rank x hidden) of every layer, at the attention GEMMs' byte width
     mla_absorbed_weights: bool = False
+    # tokens the routed experts' Triton fused MoE processes at a time (its buffers' rows, which the profiling pass's
+    # activation peak holds: ServeSetup.activation_bytes_per_gpu); 0: the generic MLP estimate
+    fused_moe_chunk_tokens: int = 0
     sources: tuple[str, ...] = ()
 
     @property
@@ -95,6 +98,7 @@ ENGINES: dict[str, EngineProfile] = {
         "vllm", block_size=16, memory_fraction=0.9, memory_basis="total", max_num_seqs=256,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=512,
         step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0, eager_dispatch_s=_COMPILED,
+        fused_moe_chunk_tokens=int(value("serve.vllm_fused_moe_chunk_tokens")),
         sources=(
             "block_size 16: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (docs.vllm.ai/en/stable/api/vllm/config/cache/)",
             "gpu_memory_utilization 0.9: vLLM engine arguments (docs.vllm.ai, engine_args; 0.92 in the newest "

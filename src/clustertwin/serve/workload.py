@@ -323,12 +323,24 @@ class ServeSetup:
     def activation_bytes_per_gpu(self, tokens: int, seqs: int) -> float:
         """Peak activation memory of one forward pass of ``tokens`` tokens (what an engine's profiling
         run measures): the widest layer's live tensors, and the fp32 logits of ``seqs`` sampled rows.
-        Assumed: input, qkv, attention output and the MLP's up-projection live at once."""
+        Assumed: input, qkv, attention output and the MLP's up-projection live at once.
+
+        An engine that runs the routed experts through vLLM's Triton fused MoE (EngineProfile.
+        fused_moe_chunk_tokens) holds, in a MoE layer, that kernel's three buffers instead of an MLP
+        up-projection: (M, top-k, 2 x width), (M x top-k, width) and (M, top-k, hidden) in the activation dtype,
+        M the tokens up to the chunk (vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts_impl);
+        the peak is the larger of that and a dense layer's MLP."""
         m = self.model
         ffn = max(m.ffn_hidden_size, m.expert_ffn * m.moe_top_k if m.is_moe else 0)
-        per_token = (3 * m.hidden_size + (self.heads_gpu + 2 * self.kv_heads_gpu) * m.qk_head_dim
-                     + 3 * ffn / self.tp) * ACT_BYTES
-        return tokens * per_token + seqs * m.vocab_size * 4.0
+        base = 3 * m.hidden_size + (self.heads_gpu + 2 * self.kv_heads_gpu) * m.qk_head_dim
+        logits = seqs * m.vocab_size * 4.0
+        chunk = self.engine.fused_moe_chunk_tokens
+        if m.is_moe and chunk:
+            width = m.expert_ffn * self.ep / self.tp            # an expert's slice on this GPU
+            moe = min(tokens, chunk) * m.moe_top_k * (3 * width + m.hidden_size) * ACT_BYTES
+            dense = tokens * 3 * m.ffn_hidden_size / self.tp * ACT_BYTES if not all(map(m.is_moe_layer, range(m.num_layers))) else 0.0
+            return tokens * base * ACT_BYTES + max(moe, dense) + logits
+        return tokens * (base + 3 * ffn / self.tp) * ACT_BYTES + logits
 
 
 class StepPricer:
