@@ -610,8 +610,10 @@ def test_engine_version_rules_hold_below_their_release_and_for_the_models_they_n
     assert parse_version("") is None and parse_version("nightly") is None
     vllm = get_engine("vllm")
     old, notes = engine_for_version(vllm, "0.7.3.dev138+g21f6ca217", mla=True)
-    # eager V0, no chunked prefill for MLA, the block-FP8 dense GEMM's K steps, the Triton fused MoE's rate
-    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 4
+    # eager V0, no chunked prefill for MLA, the block-FP8 dense GEMM's K steps, the absorbed MLA matrices kept
+    # beside the weights, the Triton fused MoE's rate
+    assert old.chunked_prefill is False and old.prefill_stalls_decode and len(notes) == 5
+    assert old.mla_absorbed_weights
     gqa = engine_for_version(vllm, "0.7.3", mla=False)[0]                # a GQA model keeps chunked prefill,
     assert gqa.chunked_prefill and gqa.eager_dispatch_s == value("host.torch_forward_per_kernel_s")  # V0: eager
     assert vllm.eager_dispatch_s == value("host.compiled_per_kernel_s")  # V1 compiles
@@ -627,7 +629,7 @@ def test_vllm_v0_unchunked_budget_is_the_longest_sequence() -> None:
     from clustertwin.serve.engines import engine_for_version
     vllm = get_engine("vllm")
     e, notes = engine_for_version(vllm, "0.7.3", mla=True, max_model_len=32768)
-    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 5   # 4 rules + the budget
+    assert e.max_num_batched_tokens == 32768 and not e.chunked_prefill and len(notes) == 6   # 5 rules + the budget
     assert engine_for_version(vllm, "0.7.3", mla=True, max_model_len=1024)[0].max_num_batched_tokens == 2048
     assert engine_for_version(vllm, "0.7.3", mla=True)[0].max_num_batched_tokens == vllm.max_num_batched_tokens
     assert engine_for_version(vllm, "0.7.3", mla=False, max_model_len=32768)[0].max_num_batched_tokens == \
@@ -981,3 +983,93 @@ def test_batcher_note_reaches_the_request() -> None:
     assert request_of(row, []).harness_batcher == (0.3, 96)
     row["notes"] = "vllm serve"
     assert request_of(row, []).harness_batcher is None
+
+
+def test_vllm_v0_pads_the_mla_latent_entry_on_cuda_only() -> None:
+    """vLLM V0 on CUDA rounds DeepSeek's 576-value latent entry (1152 bytes) up to 256 bytes: 1280 bytes a token
+    and layer, so the same memory holds 1152/1280 of the tokens; ROCm, V1 and GQA models are unpadded."""
+    from clustertwin.serve.engines import engine_for_platform
+    vllm = get_engine("vllm")
+    assert engine_for_platform(vllm, "0.7.4.dev181+gf35f8e22", "nvidia")[0].mla_cache_align_bytes == 256
+    assert engine_for_platform(vllm, "0.7.3", "amd")[0].mla_cache_align_bytes == 0
+    assert engine_for_platform(vllm, "0.8.0", "nvidia")[0].mla_cache_align_bytes == 0
+    ds = load_model("deepseek-v3")
+    plain = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8")
+    padded = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=vllm.with_overrides(mla_cache_align_bytes=256))
+    assert plain.kv_alloc_bytes_per_token == plain.kv_bytes_per_token == 576 * 2 * ds.num_layers   # whole latent a rank
+    assert padded.kv_alloc_bytes_per_token == 640 * 2 * ds.num_layers
+    assert padded.kv_bytes_per_token == plain.kv_bytes_per_token          # the kernels read the unpadded part
+    a, b = memory_plan(plain), memory_plan(padded)
+    assert a.kv_cache_bytes == b.kv_cache_bytes
+    assert b.kv_cache_tokens < a.kv_cache_tokens                          # padding never adds capacity
+    assert abs(b.kv_cache_tokens / a.kv_cache_tokens - 1152 / 1280) < 1e-3
+    gqa = setup("llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(mla_cache_align_bytes=256))
+    assert gqa.kv_alloc_bytes_per_token == gqa.kv_bytes_per_token
+
+
+def test_vllm_without_max_model_len_takes_the_models_native_context() -> None:
+    """vllm serve of DeepSeek-R1 without --max-model-len runs max_model_len 163840 (its config's
+    max_position_embeddings): V0 without chunked prefill then schedules (and profiles) 163840 tokens a step,
+    which leaves less memory for the KV cache than an 8192-token budget; a given --max-model-len still wins."""
+    from clustertwin.serve.run import build_setup
+    q = ServeRequest(model="deepseek-v3", gpu="h200", num_gpus=8, plan="tp=8", engine="vllm",
+                     engine_version="0.7.4", precision="fp8", input_len=3200, output_len=800, num_requests=2)
+    s, notes = build_setup(q)
+    assert s.engine.max_num_batched_tokens == 163840 and any("max_position_embeddings" in n for n in notes)
+    given = build_setup(ServeRequest(**{**q.__dict__, "max_model_len": 32768}))[0]
+    assert given.engine.max_num_batched_tokens == 32768
+    assert memory_plan(s).kv_cache_tokens < memory_plan(given).kv_cache_tokens   # bigger profiling pass
+    v1 = build_setup(ServeRequest(**{**q.__dict__, "engine_version": "0.8.0"}))[0]
+    assert v1.engine.max_num_batched_tokens == get_engine("vllm").max_num_batched_tokens   # chunked: not sized
+
+
+def test_less_memory_never_more_kv_capacity_and_a_full_cache_admits_nobody() -> None:
+    eng = get_engine("vllm").with_overrides(chunked_prefill=False)
+    caps = [memory_plan(setup("llama3-8b", "h100-sxm", 1, engine=eng.with_overrides(memory_fraction=f))).kv_cache_tokens
+            for f in (0.5, 0.7, 0.9)]
+    assert caps == sorted(caps)
+    # a cache that holds two requests at a time: the third waits for one to finish, so at most two run at once
+    s = setup("llama3-8b", "h100-sxm", 1, engine=eng)
+    sim = Simulator(s, 2 * (1000 + 100) + 2 * 16)
+    res = sim.run(make_requests(6, 1000, 100))
+    assert res.max_running <= 2 and np.isfinite(res.finish_s).all()
+    assert (np.sort(res.ttft_s)[2:] > np.sort(res.ttft_s)[:2].max()).all()
+
+
+def test_vllm_07_keeps_the_absorbed_mla_matrices_beside_the_weights() -> None:
+    """vLLM 0.7.x materializes W_Q_UK and W_UV_O (FP8 when the model is): (1536 + 7168) x 16 heads x 512 bytes a
+    layer at tp 8, 4.35 GB a GPU more weight and so a smaller KV cache; 0.8 and GQA models are unchanged."""
+    from clustertwin.serve.engines import engine_for_version
+    vllm = get_engine("vllm")
+    old = engine_for_version(vllm, "0.7.3", mla=True)[0]
+    assert old.mla_absorbed_weights and not engine_for_version(vllm, "0.8.0", mla=True)[0].mla_absorbed_weights
+    assert not engine_for_version(vllm, "0.7.3", mla=False)[0].mla_absorbed_weights
+    ds = load_model("deepseek-v3")
+    plain = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8")
+    kept = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=vllm.with_overrides(mla_absorbed_weights=True))
+    extra = ds.num_layers * 16 * 512 * (1536 + 7168) * 1.0
+    assert kept.weight_bytes_per_gpu - plain.weight_bytes_per_gpu == pytest.approx(extra)
+    assert memory_plan(kept).kv_cache_tokens < memory_plan(plain).kv_cache_tokens
+    gqa = setup("llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(mla_absorbed_weights=True))
+    assert gqa.weight_bytes_per_gpu == setup("llama3-8b", "h100-sxm", 1).weight_bytes_per_gpu
+
+
+def test_vllm_profiling_pass_holds_the_fused_moe_buffers() -> None:
+    """vLLM's Triton fused MoE holds (M, top-k, 2w), (M top-k, w) and (M, top-k, hidden) 16-bit buffers, M the
+    tokens up to its 32768 chunk: for DeepSeek at tp 8 (w = 2048 / 8) that exceeds a dense layer's MLP, and the
+    profiling peak grows with the tokens until the chunk, then by the per-token tensors only."""
+    vllm = get_engine("vllm")
+    s = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8")
+    m = s.model
+    base = 3 * m.hidden_size + (s.heads_gpu + 2 * s.kv_heads_gpu) * m.qk_head_dim
+    t = 32000
+    moe = t * m.moe_top_k * (3 * m.expert_ffn / 8 + m.hidden_size) * 2
+    assert moe > t * 3 * m.ffn_hidden_size / 8 * 2                      # the MoE buffers set the peak
+    assert s.activation_bytes_per_gpu(t, 1024) == pytest.approx(t * base * 2 + moe + 1024 * m.vocab_size * 4)
+    sizes = [s.activation_bytes_per_gpu(n, 256) for n in (1024, 8192, 32768, 65536, 163840)]
+    assert sizes == sorted(sizes)                                        # more tokens never less memory
+    generic = setup("deepseek-v3", "h200", 8, tp=8, precision="fp8", engine=vllm.with_overrides(fused_moe_chunk_tokens=0))
+    assert generic.activation_bytes_per_gpu(t, 1024) < s.activation_bytes_per_gpu(t, 1024)
+    dense = setup("llama3-8b", "h100-sxm", 1)                            # no MoE: the generic estimate
+    assert dense.activation_bytes_per_gpu(t, 256) == setup(
+        "llama3-8b", "h100-sxm", 1, engine=vllm.with_overrides(fused_moe_chunk_tokens=0)).activation_bytes_per_gpu(t, 256)

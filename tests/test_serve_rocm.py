@@ -20,7 +20,9 @@ def test_platform_rule_holds_for_old_vllm_on_amd_only():
     old, notes = engine_for_platform(vllm, OLD_ROCM_VLLM, "amd")
     assert old.rocm_fp8_channelwise_unfused and len(notes) == 1 and "unfused" in notes[0]
     assert engine_for_platform(vllm, "0.7.3", "amd")[0] == vllm          # row-wise scaled GEMM from 0.7.3
-    assert engine_for_platform(vllm, OLD_ROCM_VLLM, "nvidia")[0] == vllm  # CUTLASS fuses the scales on CUDA
+    on_cuda = engine_for_platform(vllm, OLD_ROCM_VLLM, "nvidia")[0]
+    assert not on_cuda.rocm_fp8_channelwise_unfused                       # CUTLASS fuses the scales on CUDA
+    assert on_cuda == dataclasses.replace(vllm, mla_cache_align_bytes=on_cuda.mla_cache_align_bytes)  # V0's MLA padding only
     assert engine_for_platform(vllm, None, "amd")[0] == vllm              # unknown release: current defaults
     assert engine_for_platform(get_engine("sglang"), "0.4.1", "amd")[0] == get_engine("sglang")
 

@@ -1421,6 +1421,34 @@ _SERVE_KERNELS = [
              "'max_num_batched_tokens = max(self.max_model_len, 2048)' ('If max_model_len is too short, use 2048 "
              "as the default value for higher throughput'); with chunked prefill 2048 at v0.7.3 (512 at v0.6.3)",
              "serving: the token budget of a vLLM V0 step without chunked prefill (--max-model-len known)"),
+    Constant("serve.vllm_mla_cache_align_bytes", 256, "bytes",
+             "vLLM V0 vllm/worker/cache_engine.py (0.7.x): CacheEngine._align_cache is 'model_config.use_mla and "
+             "current_platform.is_cuda() and envs.VLLM_CUDA_MEM_ALIGN_KV_CACHE' (on by default), and "
+             "get_cache_block_size / _allocate_kv_cache round each token's latent entry (one KV head of 576 = "
+             "kv_lora_rank 512 + rope 64 values, the whole latent on every tp rank) up with align_to_256bytes in "
+             "the model's 16-bit dtype: 1152 -> 1280 bytes, the kernels reading the first 576 values. Removed by "
+             "vllm-project/vllm#14842 (2025-03-15, 'Get rid of mla cache alignment', before v0.8.0), whose log "
+             "shows DeepSeek-R1 tp 8 on V0 with 4739 GPU blocks aligned against 5266 unaligned (ratio 0.90 = "
+             "1152/1280)",
+             "serving: KV-cache capacity of an MLA model on vLLM below 0.8 on NVIDIA GPUs "
+             "(EngineProfile.mla_cache_align_bytes)"),
+    Constant("serve.vllm_fused_moe_chunk_tokens", 32768, "tokens",
+             "vLLM vllm/envs.py 'VLLM_FUSED_MOE_CHUNK_SIZE' default '32768' (0.6-0.8 line); vllm/model_executor/"
+             "layers/fused_moe/fused_moe.py fused_experts_impl: 'M = min(num_tokens, CHUNK_SIZE)', "
+             "intermediate_cache1 (M, topk, N), intermediate_cache2 (M * topk, N // 2), intermediate_cache3 (M, "
+             "topk, K) in the activation dtype (N = 2 x the expert's width on the GPU, K = hidden). Check: a vLLM "
+             "0.7.3 start-up log of DeepSeek-R1 tp 8 on H200 with --max-num-batched-tokens 32000 --max-num-seqs "
+             "1024 reports 'PyTorch activation peak memory takes 6.37GiB'; the estimate with these buffers is 6.1 "
+             "GiB, without them 2.7 GiB",
+             "serving: the activation peak of vLLM's profiling pass for a MoE model, which comes out of the KV "
+             "cache (EngineProfile.fused_moe_chunk_tokens)"),
+    Constant("serve.max_position_embeddings.deepseek-v3", 163840, "tokens",
+             "deepseek-ai/DeepSeek-V3 and DeepSeek-R1 config.json max_position_embeddings 163840; vLLM takes it "
+             "as max_model_len when --max-model-len is not given (vllm-project/vllm#14921, 2025-03-17: the V0 "
+             "engine v0.7.4.dev497 serving DeepSeek-R1 with no --max-model-len logs 'max_seq_len=163840, ... "
+             "chunked_prefill_enabled=False')",
+             "serving: vLLM's default max_model_len for this model, which sizes V0's unchunked token budget and "
+             "its profiling pass (serve.run.build_setup)"),
     Constant("serve.attn_split_fill", 0.8, "fraction",
              "flash-attention csrc flash_api.cpp num_splits_heuristic: one split once batch x heads x "
              "m-blocks reach 80% of the SMs",

@@ -21,6 +21,7 @@ _BLOCK_FP8_K_STEP = value("serve.block_fp8_k_step_s")
 _TRITON_FP8_MOE_FLOPS = value("serve.triton_block_fp8_moe_flops_per_s")
 _TRITON_MLA_BLOCK_H = int(value("serve.triton_mla_decode_block_h"))
 _TRT_TORCH_ROUTING = value("serve.trtllm_pytorch_unfused_routing_kernels")
+_MLA_ALIGN = int(value("serve.vllm_mla_cache_align_bytes"))
 _V1_DEFAULT = (0, 8)    # vLLM release whose default engine is V1 (v0.8.0 release notes)
 
 
@@ -70,6 +71,15 @@ class EngineProfile:
     mla_decode_head_block: int = 0
     # kernels a group-limited-routing MoE layer adds (None: the engine's serve.kernels.<engine>.grouped_topk)
     grouped_topk_kernels: float | None = None
+    # bytes each token's MLA latent-cache entry (per layer, in the model's 16-bit dtype) is rounded up to where the
+    # release pads it for alignment (serve.vllm_mla_cache_align_bytes); 0: stored unpadded
+    mla_cache_align_bytes: int = 0
+    # the release keeps, beside an MLA model's weights, the absorbed products W_Q_UK (q_lora_rank x heads x
+    # kv_lora_rank) and W_UV_O (heads x kv_lora_rank x hidden) of every layer, at the attention GEMMs' byte width
+    mla_absorbed_weights: bool = False
+    # tokens the routed experts' Triton fused MoE processes at a time (its buffers' rows, which the profiling pass's
+    # activation peak holds: ServeSetup.activation_bytes_per_gpu); 0: the generic MLP estimate
+    fused_moe_chunk_tokens: int = 0
     sources: tuple[str, ...] = ()
 
     @property
@@ -88,6 +98,7 @@ ENGINES: dict[str, EngineProfile] = {
         "vllm", block_size=16, memory_fraction=0.9, memory_basis="total", max_num_seqs=256,
         max_num_batched_tokens=8192, chunked_prefill=True, cuda_graph_max_batch=512,
         step_overhead_s=1.5e-3, non_torch_bytes=2.0 * _GIB, admission_reserve=0.0, eager_dispatch_s=_COMPILED,
+        fused_moe_chunk_tokens=int(value("serve.vllm_fused_moe_chunk_tokens")),
         sources=(
             "block_size 16: vLLM CacheConfig.DEFAULT_BLOCK_SIZE (docs.vllm.ai/en/stable/api/vllm/config/cache/)",
             "gpu_memory_utilization 0.9: vLLM engine arguments (docs.vllm.ai, engine_args; 0.92 in the newest "
@@ -202,6 +213,14 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "w8a8_block_fp8_matmul where N or K is not a multiple of 128 (kv_a, N = 576): at decode sizes both walk K "
         "in a chain of 128-wide steps (serve.block_fp8_k_step_s a step)"),
     VersionRule(
+        "vllm", (0, 8), "mla", (("mla_absorbed_weights", True),),
+        "vLLM 0.7.x materializes MLA's absorbed matrices W_Q_UK and W_UV_O of every layer beside the original "
+        "weights (introduced with the latent decode, vllm-project/vllm#12528, 2025-01-31, v0.7.1; requantized to "
+        "FP8 when kv_b_proj is FP8; removed by vllm-project/vllm#14770, 2025-03-13, 'MLA get rid of "
+        "materialization': 'the weight materialization eats up too much of the GPU memory'): for DeepSeek-V3/R1 at "
+        "tp 8, (1536 + 7168) x 16 x 512 FP8 bytes a layer, 4.35 GB a GPU (a vLLM 0.7.3 start-up log of DeepSeek-R1, "
+        "tp 8 on H200, reports 'model weights take 83.88GiB')"),
+    VersionRule(
         "sglang", (0, 4, 4), "mla", (("block_fp8_k_step_s", _BLOCK_FP8_K_STEP),),
         "SGLang below 0.4.4 runs DeepSeek's block-FP8 linear layers through the Triton w8a8_block_fp8_matmul "
         "(the 'SGLang' column of sglang#3893, 2025-02-26, before DeepGEMM and sgl-kernel's CUTLASS block GEMM "
@@ -258,6 +277,12 @@ PLATFORM_RULES: tuple[VersionRule, ...] = (
         "the bf16 cast follow as separate kernels (layers/quantization/utils/w8a8_utils.py apply_fp8_linear, "
         "vllm-project/vllm#6552); the row-wise scaled torch._scaled_mm replaced it on ROCm in 0.7.3 "
         "(vllm-project/vllm#12501; vLLM blog 2025-02-24, PTPC-FP8 on ROCm)"),
+    VersionRule(
+        "vllm", (0, 8), "nvidia", (("mla_cache_align_bytes", _MLA_ALIGN),),
+        "vLLM below 0.8 (V0) on CUDA pads an MLA model's latent-cache entry to 256 bytes (vllm/worker/"
+        "cache_engine.py CacheEngine._align_cache, VLLM_CUDA_MEM_ALIGN_KV_CACHE on by default): DeepSeek's 576 "
+        "16-bit values (1152 bytes) take 1280 bytes a token and layer, 10% fewer tokens in the same memory "
+        "(vllm-project/vllm#14842 removed it before v0.8.0: 4739 -> 5266 GPU blocks for DeepSeek-R1 tp 8)"),
 )
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..constants import value
+from ..constants import group, value
 from ..errors import DataError, PlanError, SpecError
 from ..specs.model import ModelSpec
 from . import dataset, energy
@@ -228,8 +228,16 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
     from ..jobs import resolve_cluster
     notes: list[str] = []
     m = load_model(q.model)
+    max_model_len = q.max_model_len
+    native = group("serve.max_position_embeddings").get(m.name)
+    if max_model_len is None and native and (q.engine or "").strip().lower() == "vllm":
+        # vllm serve without --max-model-len takes the model config's max_position_embeddings (the constant's source)
+        max_model_len = int(native)
     eng, version_notes = engine_for_version(get_engine(q.engine), q.engine_version, m.mla is not None,
-                                            q.engine_backend, q.max_model_len)
+                                            q.engine_backend, max_model_len)
+    if max_model_len != q.max_model_len and any("max_model_len" in n for n in version_notes):
+        notes.append(f"max_model_len: no --max-model-len given, so vLLM's default, the model config's "
+                     f"max_position_embeddings {max_model_len:,} (serve.max_position_embeddings.{m.name})")
     notes += version_notes
     overrides = {"max_num_seqs": q.max_num_seqs, "max_num_batched_tokens": q.max_num_batched_tokens,
                  "scheduler_steps": q.num_scheduler_steps, "chunked_prefill": q.chunked_prefill}
@@ -264,8 +272,9 @@ def build_setup(q: ServeRequest) -> tuple[ServeSetup, list[str]]:
         num_gpus = replica * max(1, plan["dp"])
     cluster = resolve_cluster(q.gpu, num_gpus, q.cluster, q.gpus_per_node)
     eng, platform_notes = engine_for_platform(eng, q.engine_version, cluster.gpu.vendor)
-    if eng.rocm_fp8_channelwise_unfused and q.precision in CHANNELWISE_FP8:   # the one platform rule so far
-        notes += platform_notes
+    for note in platform_notes:   # a rule's note where it changes this run's pricing
+        if ("fbgemm_fp8" in note and q.precision in CHANNELWISE_FP8) or ("MLA" in note and m.mla is not None):
+            notes.append(note)
     n = cluster.num_gpus
     if n % replica:
         raise PlanError("plan", f"tp*pp = {replica} does not divide {n} GPUs", "choose tp, pp dividing --num-gpus")

@@ -232,6 +232,27 @@ class ServeSetup:
         """KV-cache bytes one token takes on one GPU (its stage's layers)."""
         return self.kv_bytes_per_token_layer * math.ceil(self.model.num_layers / self.pp)
 
+    @cached_property
+    def kv_alloc_bytes_per_token(self) -> float:
+        """KV-cache bytes one token *occupies* on one GPU: ``kv_bytes_per_token`` unless the engine pads an MLA
+        latent entry (EngineProfile.mla_cache_align_bytes: vLLM V0 on CUDA rounds the 576 values up to 256 bytes
+        in the model's 16-bit dtype, then stores them in the cache dtype; the kernels read the unpadded part).
+
+        >>> from clustertwin.catalog import load_model, cluster_for_gpu
+        >>> from clustertwin.serve.engines import get_engine
+        >>> s = ServeSetup(load_model("deepseek-v3"), cluster_for_gpu("h200", 8), tp=8,
+        ...                engine=get_engine("vllm").with_overrides(mla_cache_align_bytes=256))
+        >>> s.kv_bytes_per_token_layer, s.kv_alloc_bytes_per_token / s.model.num_layers
+        (1152.0, 1280.0)
+        """
+        m, align = self.model, self.engine.mla_cache_align_bytes
+        if not (m.mla and align):
+            return self.kv_bytes_per_token
+        per = align / ACT_BYTES                 # values of the model dtype per aligned unit
+        values = math.ceil((m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) / per) * per
+        layer = values * KV_DTYPES[self.kv_dtype] / self.attention_dp
+        return layer * math.ceil(m.num_layers / self.pp)
+
     def gemms(self, t: float, moe: bool) -> list[tuple[str, float, float, float, float, float]]:
         """GEMMs of one layer on one GPU for ``t`` tokens: (name, batch, m, n, k, weight elements read).
         MoE expert GEMMs are one grouped GEMM over the experts the tokens touch."""
@@ -289,6 +310,11 @@ class ServeSetup:
             if moe:
                 total += ((m.moe_num_experts / self.ep) * m.expert_params * self.ep / self.tp
                           * self.gemm_format("moe.experts_up", edge)[0])
+        if m.mla and self.engine.mla_absorbed_weights:   # W_Q_UK and W_UV_O of every layer (EngineProfile)
+            a = m.mla
+            heads = m.num_heads if self.attention_dp > 1 else self.heads_gpu
+            q_rank = a.q_lora_rank or m.hidden_size
+            total += m.num_layers * heads * a.kv_lora_rank * (q_rank + m.hidden_size) * self.gemm_format("attn.o")[0]
         per_stage = total / self.pp
         vocab = m.vocab_size * m.hidden_size / self.tp * ACT_BYTES
         emb = vocab if self.pp > 1 or m.tied_embeddings else 2 * vocab
@@ -297,12 +323,24 @@ class ServeSetup:
     def activation_bytes_per_gpu(self, tokens: int, seqs: int) -> float:
         """Peak activation memory of one forward pass of ``tokens`` tokens (what an engine's profiling
         run measures): the widest layer's live tensors, and the fp32 logits of ``seqs`` sampled rows.
-        Assumed: input, qkv, attention output and the MLP's up-projection live at once."""
+        Assumed: input, qkv, attention output and the MLP's up-projection live at once.
+
+        An engine that runs the routed experts through vLLM's Triton fused MoE (EngineProfile.
+        fused_moe_chunk_tokens) holds, in a MoE layer, that kernel's three buffers instead of an MLP
+        up-projection: (M, top-k, 2 x width), (M x top-k, width) and (M, top-k, hidden) in the activation dtype,
+        M the tokens up to the chunk (vllm/model_executor/layers/fused_moe/fused_moe.py fused_experts_impl);
+        the peak is the larger of that and a dense layer's MLP."""
         m = self.model
         ffn = max(m.ffn_hidden_size, m.expert_ffn * m.moe_top_k if m.is_moe else 0)
-        per_token = (3 * m.hidden_size + (self.heads_gpu + 2 * self.kv_heads_gpu) * m.qk_head_dim
-                     + 3 * ffn / self.tp) * ACT_BYTES
-        return tokens * per_token + seqs * m.vocab_size * 4.0
+        base = 3 * m.hidden_size + (self.heads_gpu + 2 * self.kv_heads_gpu) * m.qk_head_dim
+        logits = seqs * m.vocab_size * 4.0
+        chunk = self.engine.fused_moe_chunk_tokens
+        if m.is_moe and chunk:
+            width = m.expert_ffn * self.ep / self.tp            # an expert's slice on this GPU
+            moe = min(tokens, chunk) * m.moe_top_k * (3 * width + m.hidden_size) * ACT_BYTES
+            dense = tokens * 3 * m.ffn_hidden_size / self.tp * ACT_BYTES if not all(map(m.is_moe_layer, range(m.num_layers))) else 0.0
+            return tokens * base * ACT_BYTES + max(moe, dense) + logits
+        return tokens * (base + 3 * ffn / self.tp) * ACT_BYTES + logits
 
 
 class StepPricer:
@@ -700,7 +738,7 @@ def memory_plan(setup: ServeSetup, max_request_tokens: int = 0) -> MemoryPlan:
         kv = e.memory_fraction * (hbm - w - act - other)
     else:   # static: weights + KV pool in the fraction, activations and the rest outside it
         kv = min(e.memory_fraction * hbm - w, hbm - w - act - other)
-    per_token = setup.kv_bytes_per_token
+    per_token = setup.kv_alloc_bytes_per_token
     blocks = int(max(0.0, kv) // (per_token * e.block_size))
     tokens = blocks * e.block_size
     fits, reason = True, ""
