@@ -804,8 +804,8 @@ def test_block_fp8_gemms_take_at_least_their_chain_of_k_steps() -> None:
 def test_triton_block_fp8_moe_runs_at_its_measured_rate() -> None:
     """Releases that run DeepSeek's block-FP8 routed experts through the Triton fused_moe kernel (vLLM below 0.8,
     SGLang below 0.4.4) compute a prefill's expert GEMMs at most at serve.triton_block_fp8_moe_flops_per_s
-    (vllm#13932: 2818.65 us for batch 2048 at TP 8 on H100, 64 TFLOP/s); at decode sizes the weight reads
-    still set the time; newer releases, 16-bit weights and the other GEMMs keep their pricing."""
+    (vllm#13932: 2818.65 us for batch 2048 at TP 8 on H100, 64 TFLOP/s); a small decode batch's weight reads
+    still set its time, a large one reaches the rate too; newer releases, 16-bit weights and the other GEMMs keep their pricing."""
     from clustertwin.constants import value
     from clustertwin.serve.engines import engine_for_version
     rate = value("serve.triton_block_fp8_moe_flops_per_s")
@@ -840,6 +840,12 @@ def test_triton_block_fp8_moe_runs_at_its_measured_rate() -> None:
     for g in p.s.gemms(8, True):
         if g[0].startswith("moe.experts"):
             assert sum(p._gemm(*g)) == pytest.approx(sum(new._gemm(*g)))
+    # a large decode batch (1,024 sequences, one token each) reaches the kernel's rate as a prefill does:
+    # 1,024 x 8 / 256 = 32 tokens an expert is the measurement's own regime (2,048 tokens, 64 an expert)
+    for g in p.s.gemms(1024, True):
+        if g[0].startswith("moe.experts"):
+            assert p._gemm(*g)[0] == pytest.approx(p.triton_fp8_moe_floor(g[0], 2.0 * g[1] * g[2] * g[3] * g[4]))
+            assert sum(p._gemm(*g)) > sum(new._gemm(*g))
     # a prefill step is slower with the rate, never faster; its breakdown sums to its total
     a, b = p.price(prefill=((t, 0),)), new.price(prefill=((t, 0),))
     assert a.total_s > b.total_s and sum(a.breakdown().values()) == pytest.approx(a.total_s)

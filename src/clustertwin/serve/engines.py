@@ -230,14 +230,16 @@ VERSION_RULES: tuple[VersionRule, ...] = (
         "vllm", (0, 8), "mla", (("block_fp8_moe_flops_per_s", _TRITON_FP8_MOE_FLOPS),),
         "vLLM below 0.8 runs DeepSeek's block-FP8 routed experts through its Triton fused_moe kernel (DeepGEMM's "
         "grouped GEMM came only as an opt-in, vllm-project/vllm#13932, 2025-02-26, whose H100 table measures the "
-        "Triton kernel at 64-80 TFLOP/s on DeepSeek-V3's shapes, serve.triton_block_fp8_moe_flops_per_s): a "
-        "prefill's expert GEMMs run at most at that rate"),
+        "Triton kernel at 64-80 TFLOP/s on DeepSeek-V3's shapes, serve.triton_block_fp8_moe_flops_per_s): the "
+        "expert GEMMs of every step (a prefill's, and a decode batch large enough) run at most at that rate; "
+        "the 0.8 bound is assumed (later releases keep the Triton kernel with retuned configs, vllm#29346, and "
+        "no rate is at hand for them)"),
     VersionRule(
         "sglang", (0, 4, 4), "mla", (("block_fp8_moe_flops_per_s", _TRITON_FP8_MOE_FLOPS),),
         "SGLang below 0.4.4 runs DeepSeek's block-FP8 routed experts through its Triton fused_moe kernel (the "
-        "kernel vLLM's fused_moe_triton was ported from; DeepGEMM's grouped GEMM is not wired in): a prefill's "
-        "expert GEMMs run at most at the rate vllm-project/vllm#13932 measures for that kernel on DeepSeek-V3's "
-        "shapes (serve.triton_block_fp8_moe_flops_per_s)"),
+        "kernel vLLM's fused_moe_triton was ported from; DeepGEMM's grouped GEMM is not wired in): the expert "
+        "GEMMs of every step run at most at the rate vllm-project/vllm#13932 measures for that kernel on "
+        "DeepSeek-V3's shapes (serve.triton_block_fp8_moe_flops_per_s); the 0.4.4 bound is assumed"),
     VersionRule(
         "sglang", (0, 4, 6), "mla", (("mla_absorbed_prefill", True), ("mla_decode_head_block", _TRITON_MLA_BLOCK_H)),
         "SGLang below 0.4.6 runs MLA models on its Triton attention backend (model_runner.py: 'MLA optimization "

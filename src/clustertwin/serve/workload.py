@@ -479,7 +479,8 @@ class StepPricer:
         """Least seconds of the routed experts' grouped GEMM ``name`` of ``flops`` FLOPs where the engine release
         runs DeepSeek's block-FP8 experts through the Triton fused_moe kernel (EngineProfile.
         block_fp8_moe_flops_per_s: the kernel's measured rate, serve.triton_block_fp8_moe_flops_per_s); 0 for
-        every other GEMM and elsewhere. At decode sizes the weight reads take longer and set the time."""
+        every other GEMM and elsewhere. It holds in every step: a small decode batch's weight reads take longer
+        and set the time, a large one (hundreds of sequences) reaches the rate as a prefill does."""
         if not self._moe_rate or not name.startswith("moe.experts"):
             return 0.0
         return flops / self._moe_rate
