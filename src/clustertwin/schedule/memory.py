@@ -15,7 +15,7 @@ from typing import Callable
 
 from ..arith import maximum, minimum, where
 from ..constants import value
-from ..specs.framework import FrameworkProfile, optimizer_storage_bytes
+from ..specs.framework import FrameworkProfile, fsdp_per_unit, optimizer_storage_bytes
 from .groups import microbatch_groups
 from ..workload.transformer import LayerContext
 
@@ -308,6 +308,11 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     Floats, or arrays of many plans sharing this stage's layout and these settings."""
     z = zero_stage
     fp32 = precision == "fp32"
+    # FSDP's SHARD_GRAD_OP (a ZeRO-2 that runs per unit): parameters sharded outside computation, each unit
+    # gathered before its forward and kept until after its backward, gradients reduce-scattered per unit and
+    # micro-batch into the rank's shard (torch.distributed.fsdp.ShardingStrategy.SHARD_GRAD_OP; FSDP2's
+    # reshard_after_forward=False)
+    grad_op = z == 2 and fsdp_per_unit(z, fw)
 
     def shard(n_dense, n_expert, on: bool):
         return (n_dense / dp_cp + n_expert / edp) if on else (n_dense + n_expert)
@@ -317,10 +322,13 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
     if fp8_params:
         # the GEMM weights in FP8 with their second layout (memory.fp8_param_bytes_per_param); the embedding
         # and output layer are not Transformer Engine modules and stay 16-bit
-        weights = _FP8_PARAM * shard(dense - embedding, expert, z >= 3) + w_bytes * shard(embedding, 0.0, z >= 3)
+        weights = (_FP8_PARAM * shard(dense - embedding, expert, z >= 3 or grad_op)
+                   + w_bytes * shard(embedding, 0.0, z >= 3 or grad_op))
     else:
-        weights = w_bytes * shard(dense, expert, z >= 3)
-    if z == 2 and fw.grad_reduce_per_chunk and vpp > 1:
+        weights = w_bytes * shard(dense, expert, z >= 3 or grad_op)
+    if grad_op:
+        grads = g_bytes * shard(dense, expert, True)
+    elif z == 2 and fw.grad_reduce_per_chunk and vpp > 1:
         # a pipeline chunk's gradient is complete once the chunk's contiguous micro-batches have run their
         # backward, and is then reduce-scattered into the rank's shard (Llama 3 paper Sec. 3.3.2: FSDP
         # "shards optimizer states and gradients", N contiguous micro-batches per stage): the shard lives
@@ -342,6 +350,10 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         # gradient of the reduce dtype if the previous backward did not reduce-scatter")
         other += where(maximum(dp_cp, edp) > 1, 2 * (dense + expert), 0.0)
         grads = grads + where(maximum(dp_cp, edp) > 1, fw.grad_reduce_bytes * (dense + expert), 0.0)
+    elif grad_op:
+        # every unit's gathered 16-bit weights live from its forward to its backward: all of them at the
+        # activations' peak, the start of the backward (nothing is sharded without a DP group)
+        other += where(maximum(dp_cp, edp) > 1, 2 * (dense + expert), 0.0)
     elif z >= 3:  # FSDP: the gathered 16-bit weights of the unit in use and the one prefetched
         # beside the root unit (embedding, final norm, head), which FSDP2 keeps gathered from the forward
         # to the end of the backward (workload.graph.fsdp_units: _fsdp_state.py FSDPState._lazy_init),

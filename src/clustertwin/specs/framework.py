@@ -609,6 +609,12 @@ _ADAM_BF16_NO_MASTER = value("memory.adam_bytes_per_param_bf16_moments_without_m
 _BF16_MASTER = value("memory.bf16_master_bytes_per_param")   # a bf16 master copy (apex DistributedFusedAdam)
 
 
+def fsdp_per_unit(zero_stage: int, fw: FrameworkProfile) -> bool:
+    """Whether a ZeRO stage runs FSDP's per-unit collectives: ZeRO-3, and ZeRO-2 where the framework's
+    ZeRO-2 is FSDP's SHARD_GRAD_OP (``FrameworkProfile.fsdp_shard_grad_op``)."""
+    return zero_stage >= 3 or (zero_stage == 2 and fw.fsdp_shard_grad_op)
+
+
 def optimizer_storage_bytes(fw: FrameworkProfile, precision: str) -> tuple[int, int, float]:
     """(bytes per parameter of the stored weights, of the gradients, of the optimizer's states): the one
     definition ``stage_memory`` holds and the optimizer step's traffic reads and writes

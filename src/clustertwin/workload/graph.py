@@ -10,7 +10,8 @@ from ..arith import where
 from ..parallel.layout import expert_dp, expert_tp, stage_layer_split
 from ..parallel.rules import tp_overlap_possible
 from ..specs import TrainingJob
-from ..specs.framework import FrameworkProfile, adam_step_bytes, for_plan, get_framework, pipeline_schedule
+from ..specs.framework import (FrameworkProfile, adam_step_bytes, for_plan, fsdp_per_unit, get_framework,
+                               pipeline_schedule)
 from ..specs.model import ModelSpec
 from ..specs.plan import Plan, ResolvedPlan
 from .ops import Op, OpKind, Phase
@@ -495,12 +496,6 @@ def fsdp_per_step(plan, fw: FrameworkProfile) -> bool:
     the micro-batches of a step (torchtitan with PP: reshard_after_forward off, gradient sync on the
     last micro-batch): one gather and one reduce-scatter per step instead of per micro-batch."""
     return fsdp_per_unit(plan.zero_stage, fw) and plan.pp > 1 and fw.fsdp_unsharded_with_pp
-
-
-def fsdp_per_unit(zero_stage: int, fw: FrameworkProfile) -> bool:
-    """Whether a ZeRO stage runs FSDP's per-unit collectives: ZeRO-3, and ZeRO-2 where the framework's
-    ZeRO-2 is FSDP's SHARD_GRAD_OP (``FrameworkProfile.fsdp_shard_grad_op``)."""
-    return zero_stage >= 3 or (zero_stage == 2 and fw.fsdp_shard_grad_op)
 
 
 def dp_collectives(zero_stage: int, per_step: bool = False,
