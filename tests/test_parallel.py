@@ -92,6 +92,8 @@ CASES: dict[str, tuple[JobFacts, list[tuple[PlanFacts, bool]]]] = {
     "interleave_microbatches": (J, [(PlanFacts(1, pp=4, vpp=2, dp=2, global_batch=16), False),   # 8 micro-batches
                                     (PlanFacts(1, pp=4, vpp=2, dp=2, global_batch=12), True),    # 6
                                     (PlanFacts(1, pp=4, dp=2, global_batch=12), False)]),
+    "framework_tp": (_fw(Capabilities(tensor_parallel=False)), [(PlanFacts(2), True), (PlanFacts(1, dp=8), False)]),
+    "framework_pp": (_fw(Capabilities(pipeline_parallel=False)), [(PlanFacts(1, pp=2), True), (PlanFacts(1), False)]),
     "framework_vpp": (_fw(STRUCT_CAN), [(PlanFacts(1, pp=2, vpp=2), True), (PlanFacts(1, pp=2), False)]),
     "framework_cp": (_fw(STRUCT_CAN), [(PlanFacts(1, cp=2), True), (PlanFacts(1), False)]),
     "framework_ep": (_fw(STRUCT_CAN), [(PlanFacts(1, ep=2), True), (PlanFacts(1), False)]),
@@ -256,6 +258,8 @@ def test_search_never_proposes_what_the_framework_cannot_run() -> None:
     ("torchtitan", "tp=1,zero=1", "framework_zero", "plan.zero_stage"),
     ("torchtitan", "tp=2,zero=0", "framework_ddp", "plan.zero_stage"),
     ("pytorch-eager", "tp=2,sp=1,overlap_tp_comm=1", "framework_tp_overlap", "plan.overlap_tp_comm"),
+    ("llm-foundry-triton", "tp=2,zero=3", "framework_tp", "plan.tp"),       # MPT has no model-parallel layers
+    ("llm-foundry-flash", "tp=1,pp=2,zero=0", "framework_pp", "plan.pp"),
 ])
 def test_capability_refusals(framework, plan, rule_name, field, capsys) -> None:
     from clustertwin.specs import parse_plan

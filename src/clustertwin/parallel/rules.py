@@ -53,6 +53,8 @@ class Capabilities:
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)   # ZeRO stages it implements (3 = FSDP)
     sharded_grads_with_pp: bool = True    # ZeRO-2/3 together with pipeline parallelism
     ddp_with_model_parallel: bool = True  # ZeRO-0 (plain DDP) together with tp, pp or cp
+    tensor_parallel: bool = True          # tp > 1: the model has tensor-parallel layers
+    pipeline_parallel: bool = True        # pp > 1: a pipeline schedule
     interleaved_pp: bool = True           # an interleaved pipeline schedule (vpp > 1)
     context_parallel: bool = True         # cp > 1: ring attention over the sequence
     expert_parallel: bool = True          # ep > 1
@@ -284,6 +286,14 @@ RULES: tuple[Rule, ...] = (
                        "choose a global batch giving a multiple of pp micro-batches, vpp=1, or --framework "
                        "meta-llama3 (the Llama 3 paper's schedule takes any number)")),
     # ---- what the framework can run (specs/framework.py, Capabilities) ----
+    Rule("framework_tp", "framework", "the framework has no tensor parallelism",
+         lambda j, p: (p.tp > 1) & (not j.can.tensor_parallel),
+         lambda j, p: ("plan.tp", f"{j.framework} has no tensor-parallel layers (tp={p.tp})",
+                       "set tp=1 or use --framework megatron")),
+    Rule("framework_pp", "framework", "the framework has no pipeline parallelism",
+         lambda j, p: (p.pp > 1) & (not j.can.pipeline_parallel),
+         lambda j, p: ("plan.pp", f"{j.framework} has no pipeline schedule (pp={p.pp})",
+                       "set pp=1 or use --framework megatron")),
     Rule("framework_vpp", "framework", "the framework has no interleaved pipeline schedule",
          lambda j, p: (p.vpp > 1) & (not j.can.interleaved_pp),
          lambda j, p: ("plan.vpp", f"{j.framework} has no interleaved pipeline schedule (vpp={p.vpp})",

@@ -210,8 +210,9 @@ _DEEPSPEED_NO_TP_OVERLAP_CAPS = replace(_DEEPSPEED_CAPS, tp_overlap=False)
 _TORCHTITAN_EAGER_CAPS = replace(_TORCHTITAN_CAPS, tp_overlap=False)
 # llm-foundry trains MPT with Composer's FSDP (FULL_SHARD / SHARD_GRAD_OP / NO_SHARD) or DDP: no TP, PP, CP
 # or EP in MPT's code of 2023 (llmfoundry/models/mpt/modeling_mpt.py has no model-parallel layers)
-_LLM_FOUNDRY_CAPS = Capabilities(zero_stages=(0, 2, 3), sharded_grads_with_pp=False, ddp_with_model_parallel=False,
-                                 interleaved_pp=False, context_parallel=False, expert_parallel=False, tp_overlap=False)
+_LLM_FOUNDRY_CAPS = Capabilities(zero_stages=(0, 2, 3), tensor_parallel=False, pipeline_parallel=False,
+                                 sharded_grads_with_pp=False, ddp_with_model_parallel=False, interleaved_pp=False,
+                                 context_parallel=False, expert_parallel=False, tp_overlap=False)
 
 # ---- versioned stacks: kernels and defaults are properties of the framework and its release --------
 _STACKS: tuple[FrameworkProfile, ...] = (
