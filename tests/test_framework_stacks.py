@@ -115,3 +115,16 @@ def test_a_family_at_nothing_is_refused_not_read_as_the_family():
         get_framework("hai-llm@")
     with pytest.raises(SpecError, match="names no release"):
         get_framework("megatron@ ")
+
+
+def test_a_stack_named_outright_takes_a_version() -> None:
+    """A stack named outright (torchtitan-eager, llm-foundry-flash) with a release is that stack, the
+    release noted where it is not the documented one; an unreadable release is refused for every family."""
+    from clustertwin.errors import SpecError
+    from clustertwin.specs.framework import resolve_stack
+    assert resolve_stack("torchtitan-eager", "2024-12") == ("torchtitan-eager", "")
+    name, note = resolve_stack("llm-foundry-flash", "2024-01")
+    assert name == "llm-foundry-flash" and "2024-01" in note
+    for fw in ("llm-foundry", "llm-foundry-flash", "nemo", "torchtitan-eager"):
+        with pytest.raises(SpecError, match="cannot read 'abc'"):
+            resolve_stack(fw, "abc")

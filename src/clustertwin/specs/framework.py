@@ -566,6 +566,16 @@ def resolve_stack(framework: str, version: str | None = None, compile: bool | No
         family = FRAMEWORK_PROFILES[name].family or None
     if family == "torchtitan" and compile is not None:
         return ("torchtitan-compile" if compile else "torchtitan-eager"), ""
+    if version and family and (parse_version(family, version) is None):
+        raise SpecError(field, f"cannot read {version!r} as a release of {family}",
+                        "write a year (2021), a date (2024-12) or a release (24.07, core_r0.8.0)")
+    if version and name in FRAMEWORK_PROFILES and key not in _FAMILIES:
+        # a stack named outright (torchtitan-eager, llm-foundry-flash): it is the profile; its release is
+        # documented as one, and the version asked for is noted, not modelled apart
+        released = FRAMEWORK_PROFILES[name].released
+        note = "" if not released or parse_version(family, version) == (int(released[:4]), int(released[5:7])) else (
+            f"{name} is documented as of {released}; release {version} not modelled apart")
+        return name, note
     if family == "llm-foundry" and name not in FRAMEWORK_PROFILES:
         profile = "llm-foundry-flash" if attention_impl == "flash-attn" else "llm-foundry-triton"
         said = [] if attention_impl else ["attn_impl unknown: 'triton', llm-foundry's default (MPTConfig, "
