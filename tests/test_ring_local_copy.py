@@ -78,3 +78,22 @@ def test_time_monotone_in_bytes(gpu, n):
     for op in ("all_reduce", "all_gather", "reduce_scatter"):
         times = [r.time_s for r in sweep(c, op, parse_sweep("1KiB:16GiB"))]
         assert all(a <= b for a, b in zip(times, times[1:])), (gpu, n, op)
+
+
+def test_a_measured_profile_takes_the_copy_out_of_the_link() -> None:
+    """calibrate's measured profile turns nccl-tests' all-reduce bus bandwidth into the NVLink efficiency;
+    that figure already includes the ring's local copy, which the pricer adds again, so the link's share
+    is the figure less the copy: a round trip through the model's formula gives the link back."""
+    from clustertwin.calibrate.profile import link_busbw
+    from clustertwin.catalog import load_gpu
+    from clustertwin.constants import value
+    a100 = load_gpu("a100-80gb")
+    n, eff, link = 8, 0.9, 240e9
+    c = value("nccl.ring_local_copy_bytes_per_byte")
+    per_byte = 2 * (n - 1) / n / link + c / (n * a100.hbm_bandwidth_bytes_per_s * eff)   # the pricer's time/S
+    measured = 2 * (n - 1) / n / per_byte                                                   # nccl-tests' busbw
+    assert measured < link
+    assert link_busbw(measured, n, a100, eff, "ampere") == pytest.approx(link, rel=1e-12)
+    # NVLS (Hopper) has no ring copy; an unknown world keeps the figure
+    assert link_busbw(measured, n, a100, eff, "hopper") == measured
+    assert link_busbw(measured, 0, a100, eff, "ampere") == measured

@@ -72,6 +72,22 @@ _TOLERANCE = 1.05     # a measured value this far above peak is an error in the 
 PROFILES_DIR = Path(__file__).resolve().parent.parent / "catalog" / "profiles"
 
 
+def link_busbw(measured_busbw: float, world: int, gpu, memory_efficiency: float, arch: str) -> float:
+    """The links' bus bandwidth behind a measured ring all-reduce's: nccl-tests' figure includes the
+    ring's one local copy per loop (the rank's chunk read and written in memory while the links wait,
+    constants nccl.ring_local_copy_bytes_per_byte, priced by cost.network), so the link's share is
+    what is left once that copy's time is taken out: time/S = 2(n-1)/n / link + c / (n * hbm), so
+    1/link = 1/busbw - c / (2 (n-1) hbm). Hopper and later nodes reduce in the switch (NVLS), no ring
+    copy: the figure is the link's. Unknown world (0 or 1): the figure as measured."""
+    from ..constants import value
+    if world <= 1 or arch in ("hopper", "blackwell"):
+        return measured_busbw
+    copy = value("nccl.ring_local_copy_bytes_per_byte") / (2 * (world - 1) * gpu.hbm_bandwidth_bytes_per_s
+                                                          * memory_efficiency)
+    inv = 1.0 / measured_busbw - copy
+    return 1.0 / inv if inv > 0 else measured_busbw
+
+
 class GridTable:
     """Efficiencies on a grid (one axis per dimension), monotone and bounded. Callable with scalars."""
 
@@ -221,7 +237,11 @@ class MeasuredProfile:
             updates["memory_efficiency"] = tables.hbm_efficiency
         busbw = self.nccl_busbw("all_reduce")
         if busbw is not None and self.nccl["all_reduce"].get("intra_node", True):
-            updates["nvlink_efficiency"] = min(1.0, busbw / gpu.scaleup_bandwidth_bytes_per_s)
+            updates["nvlink_efficiency"] = min(1.0, link_busbw(busbw, int(self.nccl["all_reduce"].get("world", 0)),
+                                                              gpu, updates.get("memory_efficiency",
+                                                                               base.memory_efficiency),
+                                                              architecture_of(gpu))
+                                                    / gpu.scaleup_bandwidth_bytes_per_s)
         if self.fitted:
             hw = dict(self.fitted.get("hardware") or {})
             gemm = dict(base.gemm_efficiency)
