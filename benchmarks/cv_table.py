@@ -24,8 +24,10 @@ from clustertwin.validate.compare import CrossValidation, cross_validate
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "data" / "validation"
-FILES = ("public_runs.csv", "dense_public_runs.csv", "torchtitan_runs.csv", "moe_public_runs.csv",
-         "vtrain_single_node.csv", "llm_foundry_runs.csv", "nemo_perf_summary_runs.csv")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from validation_table import TRAINING_FILES  # noqa: E402  (one list of the training-run files)
+
+FILES = tuple(Path(f).name for f in TRAINING_FILES)
 SHARED = ROOT.parent / "shared" / "validation" / "public_runs.csv"
 BEGIN, END = "<!-- cv-table:begin (python benchmarks/cv_table.py --write) -->", "<!-- cv-table:end -->"
 TIME = ("iteration_time_s", "tflops_per_gpu", "mfu", "tokens_per_s_per_gpu")
