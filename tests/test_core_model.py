@@ -179,10 +179,13 @@ def test_weight_gradient_optimizer_bytes_by_zero_stage(framework: str, w_b: int,
     if framework == "megatron":
         assert g_b == get_framework("megatron").grad_reduce_bytes
     mem = r.memory.breakdown_bytes
-    assert mem["weights"] == pytest.approx(w_b * P / (n if zero >= 3 else 1), rel=1e-12)
-    # ZeRO-2 reduces once per step: with accumulation (2 micro-batches here) it holds the full buffer
+    # a PyTorch stack's ZeRO-2 is FSDP's SHARD_GRAD_OP: parameters sharded outside computation, gradients
+    # reduce-scattered per unit into the shard; Megatron's reduces once per step
+    grad_op = zero == 2 and get_framework(framework).fsdp_shard_grad_op
+    assert mem["weights"] == pytest.approx(w_b * P / (n if zero >= 3 or grad_op else 1), rel=1e-12)
+    # Megatron's ZeRO-2 reduces once per step: with accumulation (2 micro-batches here) it holds the full buffer
     assert r.graph.num_microbatches == 8 // r.job.plan.dp // r.job.plan.micro_batch
-    sharded_grads = zero >= 3 or (zero == 2 and r.graph.num_microbatches == 1)
+    sharded_grads = zero >= 3 or grad_op or (zero == 2 and r.graph.num_microbatches == 1)
     assert mem["gradients"] == pytest.approx(g_b * P / (n if sharded_grads else 1), rel=1e-12)
     assert mem["optimizer"] == pytest.approx(o_b * P / (n if zero >= 1 else 1), rel=1e-12)
     assert r.memory.total_bytes == pytest.approx(sum(mem.values()))

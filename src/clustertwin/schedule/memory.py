@@ -344,9 +344,10 @@ def stage_memory(fw: FrameworkProfile, precision: str, zero_stage: int, *, dense
         grads = g_bytes * shard(dense, expert, z >= 3)
     optimizer = o_bytes * shard(dense, expert, z >= 1)
     other = fw.base_memory_bytes
-    if z >= 3 and pp > 1 and fw.fsdp_unsharded_with_pp:
+    if (z >= 3 or grad_op) and pp > 1 and fw.fsdp_unsharded_with_pp:
         # the stage's 16-bit weights stay gathered through the step, and its gradients accumulate
-        # unsharded in the reduce dtype (fp32) until the last micro-batch (FSDP2: "accumulated
+        # unsharded in the reduce dtype (fp32) until the last micro-batch, ZeRO-2 (SHARD_GRAD_OP) and
+        # ZeRO-3 alike, as the step time prices them (one gather and one reduction a step) (FSDP2: "accumulated
         # gradient of the reduce dtype if the previous backward did not reduce-scatter")
         other += where(maximum(dp_cp, edp) > 1, 2 * (dense + expert), 0.0)
         grads = grads + where(maximum(dp_cp, edp) > 1, fw.grad_reduce_bytes * (dense + expert), 0.0)

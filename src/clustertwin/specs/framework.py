@@ -573,7 +573,9 @@ def resolve_stack(framework: str, version: str | None = None, compile: bool | No
         # a stack named outright (torchtitan-eager, llm-foundry-flash): it is the profile; its release is
         # documented as one, and the version asked for is noted, not modelled apart
         released = FRAMEWORK_PROFILES[name].released
-        note = "" if not released or parse_version(family, version) == (int(released[:4]), int(released[5:7])) else (
+        same = bool(released) and family is not None and \
+            parse_version(family, version) == (int(released[:4]), int(released[5:7]))
+        note = "" if not released or same else (
             f"{name} is documented as of {released}; release {version} not modelled apart")
         return name, note
     if family == "llm-foundry" and name not in FRAMEWORK_PROFILES:
