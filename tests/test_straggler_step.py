@@ -173,3 +173,29 @@ def test_heat_refuses_the_fleet_flags(capsys) -> None:
         err = capsys.readouterr().err.strip()
         assert err.startswith("error:") and "--temps" in err and "\n" not in err
     assert main([*temps, "--json"]) == 0
+
+
+def test_the_gpus_wait_for_the_host_does_not_stretch() -> None:
+    """A small MoE layer's host waits for its token counts (a device-to-host read-back), so part of its
+    'compute' is the GPU idle until the host issues the next kernels. A slower GPU does not stretch that:
+    the wait is left out of what the slowest GPU paces, and faster NVLink (which moves time between
+    ep_comm and that idle) never makes the step slower. The case hypothesis found in the core model's
+    faster-hardware test (8 layers, 8 experts top-2, tp 2, ep 2, NeMo, 32 H100s)."""
+    from clustertwin.catalog import cluster_for_gpu
+    from clustertwin.reliability.stragglers import host_idle_s
+    from clustertwin.specs import ModelSpec, make_plan
+    m = ModelSpec(name="small-moe", num_layers=8, hidden_size=1024, num_heads=16, num_kv_heads=4,
+                  ffn_hidden_size=2816, vocab_size=32000, max_seq_len=4096, activation="swiglu", norm="rmsnorm",
+                  positions="rope", bias=False, moe_num_experts=8, moe_top_k=2)
+    plan = make_plan(tp=2, ep=2, zero_stage=0, micro_batch=1, global_batch=16)
+    c = cluster_for_gpu("h100-sxm", 32)
+    base = ct.predict(m, cluster=c, plan=plan, seq_len=512, framework="nemo")
+    b = base.breakdown_s
+    idle = host_idle_s(base)
+    assert idle > 0
+    g = job_group_slowdown(base.job.cluster)
+    assert b["stragglers"] == pytest.approx(g * (b["compute"] + b["recompute"] - idle + b["optimizer"]), rel=1e-12)
+    for k in (1.1, 2.0, 16.0):
+        node = c.node.model_copy(update={"scaleup_bandwidth_bytes_per_s": c.node.gpu_scaleup_bandwidth * k})
+        fast = ct.predict(m, cluster=c.model_copy(update={"node": node}), plan=plan, seq_len=512, framework="nemo")
+        assert fast.step_time_s <= base.step_time_s * (1 + 1e-12)

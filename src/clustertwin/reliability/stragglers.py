@@ -50,7 +50,15 @@ def step_slowdown_from_group(prediction, group_slowdown: float) -> float:
     step = base_step_time_s(prediction)
     if step <= 0 or group_slowdown <= 0:
         return 0.0
-    return group_slowdown * stretched_s(prediction.breakdown_s) / step
+    return group_slowdown * stretched_s(prediction.breakdown_s, host_idle_s(prediction)) / step
+
+
+def host_idle_s(prediction) -> float:
+    """Of the step's compute, the critical stage's wait for the host over its micro-batches
+    (StageTime.host_idle_s), which a slower GPU does not stretch: as compose_step leaves it out."""
+    est = prediction.step
+    crit = next((st for st in est.stages if st.stage == est.critical_stage), None)
+    return float(est.num_microbatches * crit.host_idle_s) if crit is not None else 0.0
 
 
 def expected_step_slowdown(prediction, model: StragglerModel | None = None) -> float:

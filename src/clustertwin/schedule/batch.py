@@ -59,7 +59,8 @@ _JOB_FIELDS = ("etp", "attention_kernel", "moe_dispatcher", "grad_reduce_dtype",
 # (tp_s, ep_s, moe_imb, tp_excess: both passes; the *_fwd fields: the forward's part of them, for the
 # compute stream's wall of each pass, ``pass_walls``)
 _FIELDS = ("fwd_s", "bwd_s", "recompute_s", "tp_s", "ep_s", "cp_fwd", "cp_bwd", "cp_rc", "attn_fwd", "attn_bwd",
-           "attn_rc", "moe_imb", "tp_excess", "wgrad_s", "tp_fwd", "ep_fwd", "moe_imb_fwd", "tp_excess_fwd")
+           "attn_rc", "moe_imb", "tp_excess", "wgrad_s", "tp_fwd", "ep_fwd", "moe_imb_fwd", "tp_excess_fwd",
+           "host_idle")
 _F = {name: i for i, name in enumerate(_FIELDS)}
 _BLOCKS = ("embedding", "layer", "moe_layer", "head")
 # below this many shape classes to price, pricing them one by one is faster than stacking them
@@ -560,14 +561,14 @@ class BatchPricer:
                                                                       st.tp_excess_s))
                 cp_b, attn_b = accumulate_ops(st, [(op, 1) for op in bwd], Phase.BWD, pricer)
                 vals = (st.fwd_s, st.bwd_s, 0.0, st.tp_s, st.ep_s, cp_f, cp_b, 0.0, attn_f, attn_b, 0.0,
-                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s, *fwd_waits)
+                        st.moe_imbalance_s, st.tp_excess_s, st.wgrad_s, *fwd_waits, st.host_idle_s)
             else:
                 mode = recompute_mode(rc, self.fw)
                 ops = (recompute_ops(mode, f, core, c, name == "moe_layer") if stacked
                        else layer_recompute_ops(c, name == "moe_layer", mode))
                 cp_r, attn_r = accumulate_ops(st, [(op, 1) for op in ops], Phase.RECOMPUTE, pricer)
                 vals = (0.0, 0.0, st.recompute_s, st.tp_s, st.ep_s, 0.0, 0.0, cp_r, 0.0, 0.0, attn_r,
-                        st.moe_imbalance_s, st.tp_excess_s, 0.0, 0.0, 0.0, 0.0, 0.0)
+                        st.moe_imbalance_s, st.tp_excess_s, 0.0, 0.0, 0.0, 0.0, 0.0, st.host_idle_s)
             if stacked:
                 for k, v in enumerate(vals):
                     out[:, b, k] = v
@@ -875,7 +876,7 @@ class _Layout:
                     # the CP ring takes the link the DP/FSDP traffic needs only when both cross nodes
                     # (NICs) or both stay inside one (NVLink); otherwise both hide behind the attention
                     st = StageTime(base.stage, fwd_s=base.fwd_s, bwd_s=base.bwd_s, recompute_s=base.recompute_s,
-                                   wgrad_s=base.wgrad_s,
+                                   host_idle_s=base.host_idle_s, wgrad_s=base.wgrad_s,
                                    tp_s=base.tp_s, cp_s=base.cp_s, ep_s=base.ep_s,
                                    moe_imbalance_s=base.moe_imbalance_s, pp_s=pp_s, dp_sync_s=sync[k],
                                    param_gather_s=gather[k], optimizer_s=opt[k],
@@ -942,7 +943,8 @@ class _Layout:
                 return sums[_F[name]] if one else sums[:, _F[name]]
 
             st = StageTime(cls.first, fwd_s=total("fwd_s"), bwd_s=total("bwd_s"), recompute_s=total("recompute_s"),
-                           ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"), wgrad_s=total("wgrad_s"))
+                           ep_s=total("ep_s"), moe_imbalance_s=total("moe_imb"), wgrad_s=total("wgrad_s"),
+                           host_idle_s=total("host_idle"))
             st.cp_open_fwd_s = exposed_cp(total("cp_fwd"), total("attn_fwd"))
             st.cp_open_bwd_s = exposed_cp(total("cp_bwd"), total("attn_bwd")) + exposed_cp(total("cp_rc"), total("attn_rc"))
             st.cp_s = st.cp_open_fwd_s + st.cp_open_bwd_s

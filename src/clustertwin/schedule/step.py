@@ -62,6 +62,9 @@ class StageTime:
     fwd_s: Num = 0.0
     bwd_s: Num = 0.0
     recompute_s: Num = 0.0
+    # of fwd_s + bwd_s + recompute_s, the compute stream's wait for the host to issue kernels (host_idle):
+    # host time, which a slower GPU does not stretch (the wait for the slowest GPU leaves it out)
+    host_idle_s: Num = 0.0
     wgrad_s: Num = 0.0            # the weight-gradient GEMMs of bwd_s (DualPipe's W)
     tp_s: Num = 0.0
     # TP communication an overlapped (chunked) schedule cannot hide: where a collective outlasts the GEMM
@@ -290,6 +293,7 @@ def accumulate_ops(st: StageTime, ops, phase: Phase, pricer: Pricer) -> tuple[fl
     idle = host_idle(stream)   # where the host issues slower than the GPU runs, the GPU waits
     # while the compute stream waits for the host, the TP stream goes on: that time hides the excess too
     st.tp_excess_s = st.tp_excess_s + maximum(0.0, excess - idle)
+    st.host_idle_s = st.host_idle_s + idle
     if phase == Phase.FWD:
         st.fwd_s += compute + idle
     elif phase == Phase.BWD:
@@ -449,7 +453,7 @@ def dualpipe_rank(a: StageTime, b: StageTime, rank: int, sm_count: int = 0) -> S
     out = StageTime(rank)
     if sm_count:
         out.pair_ep_s = (dualpipe_pair_ep(a, b, sm_count) + dualpipe_pair_ep(b, a, sm_count)) / 2
-    for name in ("fwd_s", "bwd_s", "recompute_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
+    for name in ("fwd_s", "bwd_s", "recompute_s", "host_idle_s", "wgrad_s", "tp_s", "tp_excess_s", "cp_s", "ep_s",
                  "moe_imbalance_s", "pp_s", "fsdp_s", "cp_hidden_fwd_s", "cp_hidden_bwd_s", "overhead_s",
                  "waits_fwd_s", "cp_open_fwd_s", "cp_open_bwd_s"):
         setattr(out, name, (getattr(a, name) + getattr(b, name)) / 2)
@@ -736,5 +740,5 @@ def compose_step(classes: Sequence[StageTime], stage_class: Sequence[int], class
         "optimizer": opt,
         "other": m * cs("overhead_s"),
     }
-    breakdown["stragglers"] = straggler_s(breakdown, straggler_slowdown)
+    breakdown["stragglers"] = straggler_s(breakdown, straggler_slowdown, m * cs("host_idle_s"))
     return breakdown, crit

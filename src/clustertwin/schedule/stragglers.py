@@ -108,19 +108,22 @@ def pipeline_factor(num_microbatches, pp: int, vpp: int = 1):
     return m / (m + (pp - 1) / max(1, vpp))
 
 
-def stretched_s(breakdown: dict):
+def stretched_s(breakdown: dict, host_idle=0.0):
     """Seconds of a step that run at the pace of the slowest GPU: its own compute and recomputation
-    (every micro-batch of its stage) and its optimizer step; exposed communication and the bubble do not.
-    Works on floats or arrays of plans (the search)."""
-    return sum(breakdown.get(k, 0.0) for k in COMPUTE_PARTS) + sum(breakdown.get(k, 0.0) for k in LOCAL_PARTS)
+    (every micro-batch of its stage) and its optimizer step, less ``host_idle``, the part of that compute
+    the GPU spends waiting for the host to issue kernels (StageTime.host_idle_s: host time, which a
+    slower GPU does not stretch); exposed communication and the bubble do not stretch either. Works on
+    floats or arrays of plans (the search)."""
+    return (sum(breakdown.get(k, 0.0) for k in COMPUTE_PARTS) - host_idle
+            + sum(breakdown.get(k, 0.0) for k in LOCAL_PARTS))
 
 
-def straggler_s(breakdown: dict, group_slowdown):
+def straggler_s(breakdown: dict, group_slowdown, host_idle=0.0):
     """The step's ``stragglers`` part: the expected wait for the job's slowest GPU, ``group_slowdown``
     (``expected_group_slowdown``) times the seconds that stretch (``stretched_s``)."""
     if isinstance(group_slowdown, (int, float)) and group_slowdown <= 0:
         return 0.0
-    return group_slowdown * stretched_s(breakdown)
+    return group_slowdown * stretched_s(breakdown, host_idle)
 
 
 def job_group_slowdown(cluster) -> float:
